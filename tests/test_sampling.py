@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tinydiff.errors import UsageError
+from tinydiff.generate import _split_at_stop, stream_text
+from tinydiff.sampling import Sampler, SamplingParams
+
+
+def sampler(**kw):
+    return Sampler(SamplingParams(**{"top_k": 0, "top_p": 1.0, "min_p": 0.0, **kw}))
+
+
+def test_greedy_is_argmax_and_ignores_the_seed():
+    logits = np.array([0.1, 3.0, -1.0, 2.9], np.float32)
+    picks = {sampler(temperature=0, seed=s)(logits, []) for s in range(20)}
+    assert picks == {1}
+
+
+def test_same_seed_same_draws_different_seed_different_draws():
+    logits = np.zeros(1000, np.float32)
+    a = [sampler(temperature=1.0, seed=7)(logits, []) for _ in range(1)]
+    s1, s2, s3 = sampler(temperature=1.0, seed=7), sampler(temperature=1.0, seed=7), sampler(temperature=1.0, seed=8)
+    draws1 = [s1(logits, []) for _ in range(50)]
+    assert draws1 == [s2(logits, []) for _ in range(50)]
+    assert draws1 != [s3(logits, []) for _ in range(50)]
+    assert a[0] == draws1[0]
+
+
+def test_top_k_keeps_only_the_k_best():
+    logits = np.array([5.0, 4.0, 3.0, 2.0, 1.0], np.float32)
+    s = sampler(temperature=5.0, top_k=2, seed=0)
+    assert {s(logits, []) for _ in range(300)} == {0, 1}
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    s = sampler(temperature=1.0, top_p=0.8, seed=0)
+    ids, probs = s.truncate(np.log(p).astype(np.float32))
+    assert list(ids) == [0, 1]
+    np.testing.assert_allclose(probs, [0.5 / 0.8, 0.3 / 0.8], rtol=1e-6)
+
+
+def test_min_p_drops_tokens_below_a_fraction_of_the_best():
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    ids, _ = sampler(temperature=1.0, min_p=0.2).truncate(np.log(p).astype(np.float32))
+    assert list(ids) == [0, 1, 2]          # 0.05 < 0.2 * 0.5
+
+
+def test_temperature_sharpens_the_distribution():
+    logits = np.log(np.array([0.6, 0.4])).astype(np.float32)
+    _, hot = sampler(temperature=2.0).truncate(logits)
+    _, cold = sampler(temperature=0.5).truncate(logits)
+    assert hot[0] < 0.6 < cold[0]
+    np.testing.assert_allclose(cold[0], 0.36 / (0.36 + 0.16), rtol=1e-5)
+
+
+def test_draw_frequencies_follow_the_probabilities():
+    logits = np.log(np.array([0.7, 0.2, 0.1])).astype(np.float32)
+    s = sampler(temperature=1.0, seed=1)
+    counts = np.bincount([s(logits, []) for _ in range(4000)], minlength=3) / 4000
+    np.testing.assert_allclose(counts, [0.7, 0.2, 0.1], atol=0.03)
+
+
+def test_repeat_penalty_divides_positive_and_multiplies_negative_logits():
+    logits = np.array([2.0, -2.0, 1.9, 0.0], np.float32)
+    s = sampler(temperature=0, repeat_penalty=2.0)
+    out = s.penalize(logits, [0, 1, 1])
+    np.testing.assert_allclose(out, [1.0, -4.0, 1.9, 0.0])
+    assert s(logits, [0]) == 2
+    assert logits[0] == 2.0                     # the caller's row is not modified
+
+
+def test_repeat_last_n_limits_the_look_back():
+    logits = np.array([2.0, 1.9], np.float32)
+    s = sampler(temperature=0, repeat_penalty=2.0, repeat_last_n=1)
+    assert s(logits, [0, 1]) == 0               # only token 1 is penalised
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=-0.1), dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.5),
+                                dict(min_p=-0.1), dict(repeat_penalty=0.0), dict(repeat_last_n=-1)])
+def test_bad_sampling_parameters_are_usage_errors(kw):
+    with pytest.raises(UsageError):
+        SamplingParams(**kw)
+
+
+@given(st.text(max_size=30), st.lists(st.text(min_size=1, max_size=4), max_size=3))
+@settings(max_examples=300, deadline=None)
+def test_stop_strings_cut_exactly_before_the_first_stop(text, stops):
+    # feed the text one character at a time, as tokens would arrive
+    pieces, pending = [], ""
+    for ch in text:
+        piece, pending, stopped = _split_at_stop(pending + ch, stops)
+        pieces.append(piece)
+        if stopped:
+            break
+    else:
+        pieces.append(_split_at_stop(pending, stops, final=True)[0])
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    assert "".join(pieces) == (text[:min(hits)] if hits else text)
+
+
+class ByteTokenizer:
+    """One token per byte: splits multi-byte characters across tokens."""
+    special_ids = {256}
+
+    def decode_bytes(self, ids):
+        return bytes(ids)
+
+
+def test_stream_text_keeps_utf8_characters_whole_across_tokens():
+    text = "héllo 日本 🙂!"
+    pieces = list(stream_text(ByteTokenizer(), list(text.encode()), stop_ids={999}, stop_strings=None))
+    assert "".join(pieces) == text
+    assert all("\ufffd" not in p for p in pieces)
+
+
+def test_stream_text_stops_at_eos_and_skips_special_tokens():
+    ids = list(b"ab") + [256] + list(b"cd") + [999] + list(b"ef")
+    assert "".join(stream_text(ByteTokenizer(), ids, {999}, None)) == "abcd"
+    assert "".join(stream_text(ByteTokenizer(), list(b"one. two"), {999}, ["."])) == "one"

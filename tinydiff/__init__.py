@@ -1,0 +1,12 @@
+"""tinydiff: a from-scratch CPU inference engine for autoregressive and masked-diffusion LMs.
+
+    import tinydiff
+    model = tinydiff.load("weights/...")
+    print(model.generate("Once upon a time", max_new_tokens=64))
+"""
+from .errors import ModelError, TinydiffError, UsageError
+from .model import Model, load, set_threads
+from .tokenizer import Tokenizer
+
+__all__ = ["load", "Model", "Tokenizer", "set_threads", "TinydiffError", "UsageError", "ModelError"]
+__version__ = "0.1.0"

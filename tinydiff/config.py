@@ -1,0 +1,169 @@
+"""The model's hyperparameters, read from a Hugging Face config.json.
+
+Names follow the checkpoint's keys (hidden_size, num_attention_heads, ...) so a reader can put
+config.json beside this file. Two spellings exist in the wild: hub checkpoints mostly carry
+`rope_theta`, `rope_scaling`, `torch_dtype` at top level; files saved by transformers >= 5 carry
+`rope_parameters` and `dtype`. Both are read. Anything the engine does not implement (a RoPE
+scaling type, sliding-window attention in use, another activation) is an error naming the field:
+never a silently different model.
+"""
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import ModelError
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+@dataclass(frozen=True)
+class Config:
+    model_type: str                  # "llama" | "mistral" | "qwen2"
+    hidden_size: int                 # d: width of the residual stream
+    num_hidden_layers: int           # L
+    num_attention_heads: int         # H: query heads
+    num_key_value_heads: int         # KVH: key/value heads (H % KVH == 0; GQA when KVH < H)
+    head_dim: int                    # hd: explicit in some configs, else d // H
+    intermediate_size: int           # f: width of the SwiGLU MLP
+    vocab_size: int                  # V
+    max_position_embeddings: int     # the context length the model was trained for
+    rope_theta: float
+    rms_norm_eps: float
+    tie_word_embeddings: bool        # LM head = embedding matrix
+    qkv_bias: bool                   # q/k/v projections carry a bias (qwen2, llama attention_bias)
+    o_bias: bool                     # output projection carries a bias (llama attention_bias)
+    causal: bool = True              # False: a masked-diffusion model (bidirectional attention)
+    bos_token_id: Optional[int] = None
+    eos_token_ids: tuple = ()        # generation stops at any of these
+    mask_token_id: Optional[int] = None
+    dtype: str = "float32"           # as stored, informational
+
+    @property
+    def q_dim(self):
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_dim(self):
+        return self.num_key_value_heads * self.head_dim
+
+
+def load_config(path):
+    """Reads config.json at `path` (a file, or a folder holding one)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except FileNotFoundError:
+        raise ModelError(f"{path}: file not found") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ModelError(f"{path}: not a JSON object")
+    return config_from_dict(raw, where=path)
+
+
+def config_from_dict(raw, where="config.json"):
+    def get(key, kind, default=None, required=False):
+        value = raw.get(key, default)
+        if value is None:
+            if required:
+                raise ModelError(f"{where}: missing field '{key}'")
+            return None
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ModelError(f"{where}: field '{key}' should be {kind.__name__}, got {value!r}")
+        return value
+
+    model_type = get("model_type", str, required=True)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ModelError(f"{where}: model_type '{model_type}' not supported "
+                         f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    act = raw.get("hidden_act", "silu")
+    if act != "silu":
+        raise ModelError(f"{where}: hidden_act '{act}' not supported (only silu)")
+    if raw.get("mlp_bias"):
+        raise ModelError(f"{where}: mlp_bias true not supported")
+    _check_sliding_window(raw, model_type, where)
+
+    d = get("hidden_size", int, required=True)
+    n_heads = get("num_attention_heads", int, required=True)
+    n_kv = get("num_key_value_heads", int, n_heads)
+    head_dim = get("head_dim", int, None) or (d // n_heads if n_heads else 0)
+    cfg = Config(
+        model_type=model_type,
+        hidden_size=d,
+        num_hidden_layers=get("num_hidden_layers", int, required=True),
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv,
+        head_dim=head_dim,
+        intermediate_size=get("intermediate_size", int, required=True),
+        vocab_size=get("vocab_size", int, required=True),
+        max_position_embeddings=get("max_position_embeddings", int, 2048),
+        rope_theta=_rope_theta(raw, where),
+        rms_norm_eps=get("rms_norm_eps", float, 1e-6),
+        tie_word_embeddings=get("tie_word_embeddings", bool, False),
+        qkv_bias=model_type == "qwen2" or bool(raw.get("attention_bias", False)),
+        o_bias=model_type == "llama" and bool(raw.get("attention_bias", False)),
+        causal=get("is_causal", bool, True),
+        bos_token_id=_token_id(raw, "bos_token_id", where),
+        eos_token_ids=_token_ids(raw, "eos_token_id", where),
+        mask_token_id=_token_id(raw, "mask_token_id", where),
+        dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
+    )
+    _check_shapes(cfg, where)
+    return cfg
+
+
+def _rope_theta(raw, where):
+    """rope_theta and the scaling type, from either spelling; only plain RoPE is implemented."""
+    params = raw.get("rope_parameters") or {}
+    scaling = raw.get("rope_scaling") or {}
+    if not isinstance(params, dict) or not isinstance(scaling, dict):
+        raise ModelError(f"{where}: rope_parameters/rope_scaling should be objects")
+    for field, block in (("rope_parameters", params), ("rope_scaling", scaling)):
+        kind = block.get("rope_type", block.get("type", "default"))
+        if kind != "default":
+            raise ModelError(f"{where}: {field}.rope_type '{kind}' not supported (only default RoPE)")
+    theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+        raise ModelError(f"{where}: rope_theta should be a positive number, got {theta!r}")
+    return float(theta)
+
+
+def _check_sliding_window(raw, model_type, where):
+    window = raw.get("sliding_window")
+    in_use = window is not None and (model_type == "mistral" or raw.get("use_sliding_window", False))
+    max_pos = raw.get("max_position_embeddings", 2048)
+    if in_use and isinstance(window, int) and window < max_pos:
+        raise ModelError(f"{where}: sliding_window={window} is in use (< max_position_embeddings="
+                         f"{max_pos}); sliding-window attention is not implemented")
+
+
+def _token_ids(raw, key, where):
+    """Special token ids; HF allows one id or a list (Llama 3 has several EOS ids)."""
+    value = raw.get(key)
+    values = value if isinstance(value, list) else [] if value is None else [value]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ModelError(f"{where}: field '{key}' should be an integer or a list of them, got {value!r}")
+    return tuple(values)
+
+
+def _token_id(raw, key, where):
+    ids = _token_ids(raw, key, where)
+    return ids[0] if ids else None
+
+
+def _check_shapes(cfg, where):
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"):
+        if getattr(cfg, key) <= 0:
+            raise ModelError(f"{where}: field '{key}' should be positive, got {getattr(cfg, key)}")
+    if cfg.num_attention_heads % cfg.num_key_value_heads:
+        raise ModelError(f"{where}: num_attention_heads={cfg.num_attention_heads} is not a multiple "
+                         f"of num_key_value_heads={cfg.num_key_value_heads}")
+    if cfg.head_dim % 2:
+        raise ModelError(f"{where}: head_dim={cfg.head_dim} must be even for RoPE")

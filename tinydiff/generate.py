@@ -1,0 +1,108 @@
+"""Autoregressive decoding: prefill the prompt in one pass, then one pass per new token.
+
+The KV cache is allocated once for prompt + max_new_tokens positions; each decode pass appends
+one position to it and reads all the earlier ones. Text comes out as the tokens arrive, decoded
+incrementally so a character split across two tokens is emitted whole, and held back while it
+could still be the start of a stop string.
+"""
+import codecs
+import time
+
+from .errors import UsageError
+from .transformer import Buffers, KVCache
+from .sampling import Sampler
+
+
+class Timings:
+    """What llama.cpp prints after a run: prompt and generation speed, time to first token."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.prompt_tokens = self.gen_tokens = 0
+        self.prompt_s = self.gen_s = 0.0
+        self.first_token_s = None
+
+    def report(self):
+        def rate(n, s):
+            return f"{n:6d} tokens in {s * 1e3:9.2f} ms ({n / s if s else float('inf'):8.2f} tokens/s)"
+        ttft = f"{self.first_token_s * 1e3:.2f} ms" if self.first_token_s is not None else "-"
+        return (f"prompt eval: {rate(self.prompt_tokens, self.prompt_s)}\n"
+                f"generation:  {rate(self.gen_tokens, self.gen_s)}\n"
+                f"time to first token: {ttft}")
+
+
+def fit_context(ids, max_new_tokens, n_ctx, truncate):
+    """The prompt ids that fit n_ctx with room for max_new_tokens, or a clear error."""
+    if not ids:
+        raise UsageError("the prompt is empty")
+    if max_new_tokens < 1:
+        raise UsageError(f"the number of tokens to generate must be >= 1, got {max_new_tokens}")
+    if max_new_tokens >= n_ctx:
+        raise UsageError(f"{max_new_tokens} new tokens do not fit the context of {n_ctx} positions")
+    if len(ids) + max_new_tokens <= n_ctx:
+        return list(ids)
+    if not truncate:
+        raise UsageError(f"prompt ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
+                         f"context of {n_ctx} positions (shorten the prompt or truncate)")
+    return list(ids[len(ids) + max_new_tokens - n_ctx:])
+
+
+def decode_tokens(model, ids, max_new_tokens, params, stop_ids, timings=None):
+    """Yields new token ids one by one; the last one is a stop id if generation hit one."""
+    cfg = model.config
+    timings = timings or Timings()
+    sampler = Sampler(params)
+    cache = KVCache(cfg, len(ids) + max_new_tokens)
+    buf = Buffers(cfg, len(ids))
+    history = list(ids)
+
+    t0 = time.perf_counter()
+    logits = model.forward(ids, cache, buf, last_only=True)           # [1, V] prefill, one pass
+    timings.prompt_tokens, timings.prompt_s = len(ids), time.perf_counter() - t0
+    for i in range(max_new_tokens):
+        t0 = time.perf_counter()
+        token = sampler(logits[-1], history)
+        timings.gen_tokens += 1
+        if timings.first_token_s is None:
+            timings.first_token_s = time.perf_counter() - timings.start
+        history.append(token)
+        yield token
+        if token in stop_ids or i == max_new_tokens - 1:
+            timings.gen_s += time.perf_counter() - t0
+            return
+        logits = model.forward([token], cache, buf, last_only=True)  # [1, V] one decode pass
+        timings.gen_s += time.perf_counter() - t0
+
+
+def stream_text(tokenizer, tokens, stop_ids, stop_strings):
+    """Turns a token stream into text pieces; stops at a stop id or before a stop string."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    stops = [s for s in (stop_strings or []) if s]
+    pending = ""                                        # text not yet emitted
+    for token in tokens:
+        if token in stop_ids:
+            break
+        if token in tokenizer.special_ids:
+            continue
+        pending += decoder.decode(tokenizer.decode_bytes([token]))
+        piece, pending, stopped = _split_at_stop(pending, stops)
+        if piece:
+            yield piece
+        if stopped:
+            return
+    pending += decoder.decode(b"", final=True)
+    piece, _, _ = _split_at_stop(pending, stops, final=True)
+    if piece:
+        yield piece
+
+
+def _split_at_stop(text, stops, final=False):
+    """(text safe to emit, text held back, whether a stop string was found)."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    if hits:
+        return text[:min(hits)], "", True
+    if final:
+        return text, "", False
+    # hold back the longest tail that could still grow into a stop string
+    hold = max((n for s in stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
+    return text[:len(text) - hold], text[len(text) - hold:], False

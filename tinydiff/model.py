@@ -1,0 +1,132 @@
+"""The public Model: load a checkpoint, get logits, generate text.
+
+A Model holds only read-only things (config, weights, tokenizer), so several threads may generate
+with one Model at once: each call makes its own KV cache and buffers.
+"""
+import os
+
+import numpy as np
+
+from . import kernels
+from .config import load_config
+from .errors import ModelError, UsageError
+from .generate import Timings, decode_tokens, fit_context, stream_text
+from .safetensors import load_checkpoint
+from .sampling import SamplingParams
+from .tokenizer import Tokenizer
+from .transformer import Buffers, KVCache, forward, rope_inv_freq
+from .weights import llama_weights
+
+
+def set_threads(threads):
+    """Sets the kernels' thread count: 1 .. the machine's physical cores."""
+    cores = kernels.physical_cores()
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
+        raise UsageError(f"threads must be between 1 and {cores} (this machine's cores), got {threads}")
+    kernels.set_threads(threads)
+
+
+def load(path, threads=None):
+    """Loads a Hugging Face checkpoint folder: config.json, *.safetensors, tokenizer.json."""
+    if threads is not None:
+        set_threads(threads)
+    if not os.path.isdir(path):
+        raise ModelError(f"{path}: not a model folder (expected config.json, model.safetensors, tokenizer.json)")
+    config = load_config(path)
+    ckpt = load_checkpoint(path)
+    weights = llama_weights(config, ckpt)
+    tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ModelError(f"{path}: tokenizer.json has {tokenizer.vocab_size} tokens but the model's "
+                         f"vocab_size is {config.vocab_size}")
+    return Model(config, weights, tokenizer, path, stored_bytes(ckpt))
+
+
+def stored_bytes(ckpt):
+    """Bytes of the checkpoint's tensors per stored dtype ("F32", "BF16", ...)."""
+    total = {}
+    for name in ckpt.names:
+        total[ckpt.dtype(name)] = total.get(ckpt.dtype(name), 0) + ckpt.raw(name).nbytes
+    return total
+
+
+class Model:
+    def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None):
+        self.config = config
+        self.stored_bytes = stored_bytes or {}     # {"F32": bytes, ...} as in the checkpoint
+        self.weights = weights
+        self.tokenizer = tokenizer
+        self.path = path
+        self.inv_freq = rope_inv_freq(config)       # [hd/2]
+
+    # -- forward passes ------------------------------------------------------------------
+
+    def forward(self, ids, cache, buf, causal=True, last_only=False):
+        self._check_ids(ids)
+        return forward(self.config, self.weights, self.inv_freq, ids, cache, buf, causal, last_only)
+
+    def logits(self, ids, causal=True):
+        """One full forward pass over ids, no cache kept: logits [len(ids), V] float32."""
+        ids = list(ids)
+        if not ids:
+            raise UsageError("logits: ids is empty")
+        if len(ids) > self.config.max_position_embeddings:
+            raise UsageError(f"logits: {len(ids)} ids exceed the context of "
+                             f"{self.config.max_position_embeddings} positions")
+        return self.forward(ids, KVCache(self.config, len(ids)), Buffers(self.config, len(ids)), causal)
+
+    def _check_ids(self, ids):
+        bad = [i for i in ids if not 0 <= int(i) < self.config.vocab_size]
+        if bad:
+            raise UsageError(f"token id {bad[0]} is outside the vocabulary (0..{self.config.vocab_size - 1})")
+
+    # -- autoregressive generation -----------------------------------------------------------
+
+    @property
+    def stop_ids(self):
+        """EOS ids from config.json and tokenizer.json."""
+        ids = set(self.config.eos_token_ids)
+        if self.tokenizer is not None and self.tokenizer.eos_id is not None:
+            ids.add(self.tokenizer.eos_id)
+        return ids
+
+    def encode_prompt(self, prompt):
+        if not isinstance(prompt, str) or not prompt:
+            raise UsageError("the prompt is empty")
+        return self.tokenizer.encode(prompt)
+
+    def generate_tokens(self, ids, max_new_tokens=128, temperature=0.8, top_k=40, top_p=0.95,
+                        min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=None,
+                        truncate=False, timings=None):
+        """Yields new ids one at a time (the last one is EOS if the model produced it)."""
+        params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
+        ids = fit_context(list(ids), max_new_tokens, self.config.max_position_embeddings, truncate)
+        self._check_ids(ids)
+        return decode_tokens(self, ids, max_new_tokens, params, self.stop_ids, timings)
+
+    def generate_ids(self, ids, max_new_tokens=128, **sampling):
+        """The new ids only (ending with EOS if the model produced it, as transformers does)."""
+        return list(self.generate_tokens(ids, max_new_tokens, **sampling))
+
+    def stream(self, prompt, max_new_tokens=128, stop=None, **sampling):
+        """Yields the completion as text pieces while it is generated."""
+        tokens = self.generate_tokens(self.encode_prompt(prompt), max_new_tokens, **sampling)
+        return stream_text(self.tokenizer, tokens, self.stop_ids, stop)
+
+    def generate(self, prompt, max_new_tokens=128, stop=None, **sampling):
+        """The completion only, without the prompt, cut before any stop string."""
+        return "".join(self.stream(prompt, max_new_tokens, stop, **sampling))
+
+    # -- what it is -------------------------------------------------------------------------
+
+    def parameter_count(self):
+        return sum(a.size for a in self._arrays())
+
+    def _arrays(self):
+        w = self.weights
+        seen = {id(w.embed_tokens): w.embed_tokens, id(w.norm): w.norm, id(w.lm_head): w.lm_head}
+        for lw in w.layers:
+            for a in vars(lw).values():
+                if a is not None:
+                    seen[id(a)] = a
+        return list(seen.values())

@@ -1,0 +1,18 @@
+"""Configs of real model shapes, for benchmarks with random weights (no download needed)."""
+from .config import config_from_dict
+
+SHAPES = {
+    # llama2.c's stories15M
+    "stories15M": dict(model_type="llama", hidden_size=288, num_hidden_layers=6, num_attention_heads=6,
+                       num_key_value_heads=6, intermediate_size=768, vocab_size=32000,
+                       max_position_embeddings=1024, rms_norm_eps=1e-5, tie_word_embeddings=True),
+    # HuggingFaceTB/SmolLM2-135M
+    "SmolLM2-135M": dict(model_type="llama", hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, intermediate_size=1536, vocab_size=49152,
+                         max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=100000.0,
+                         tie_word_embeddings=True),
+}
+
+
+def shape_config(name):
+    return config_from_dict(SHAPES[name], where=f"shape {name}")
