@@ -66,7 +66,9 @@ def load_config(path):
 
 def config_from_dict(raw, where="config.json"):
     def get(key, kind, default=None, required=False):
-        value = raw.get(key, default)
+        value = raw.get(key)
+        if value is None:
+            value = default
         if value is None:
             if required:
                 raise ModelError(f"{where}: missing field '{key}'")

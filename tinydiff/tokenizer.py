@@ -1,0 +1,405 @@
+"""Reader for Hugging Face tokenizer.json files that hold a byte-level BPE (GPT-2, Llama-3, Qwen2).
+
+Encoding follows the `tokenizers` pipeline, one step per function below:
+  1. cut added tokens (<|endoftext|>, ...) out of the raw text, longest match first;
+  2. normalize the text between them (NFC, ...) and cut out added tokens flagged `normalized`;
+  3. pre-tokenize each remaining piece: regex split, then UTF-8 bytes -> printable stand-ins;
+  4. BPE each pre-token: merge the adjacent pair of lowest rank until none is left;
+  5. post-process: add BOS/EOS around the ids as the template says.
+Decoding maps tokens back to bytes and decodes UTF-8 with errors='replace'.
+
+Not supported (a ModelError names them): other models (WordPiece, Unigram, ...), other
+normalizers/pre-tokenizers/decoders, byte_fallback, BPE dropout, subword prefixes/suffixes.
+Ignored: offsets, truncation and padding settings, pair templates.
+"""
+import heapq
+import json
+import unicodedata
+
+from .errors import ModelError, UsageError
+from .pretokenizer import (CHAR_TO_BYTE, WHITE_SPACE_CHARS, ByteLevel, Split, compile_regex)
+
+BPE_CACHE_SIZE = 1 << 16  # pre-tokens whose BPE result is kept (cleared when full)
+BOS_NAMES = ("<|begin_of_text|>", "<s>", "<|startoftext|>", "<bos>")
+EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "</s>", "<|eot_id|>", "<eos>")
+
+
+class _Unsupported(ValueError):
+    """A component we do not implement; becomes a ModelError naming the file."""
+
+
+# --- loading the components ---------------------------------------------------
+
+def _normalizer(spec):
+    """tokenizer.json normalizer -> function str -> str (None for no normalizer)."""
+    if spec is None:
+        return None
+    kind = spec["type"]
+    if kind == "Sequence":
+        steps = [_normalizer(s) for s in spec["normalizers"]]
+
+        def sequence(text):
+            for step in steps:
+                text = step(text)
+            return text
+        return sequence
+    if kind in ("NFC", "NFD", "NFKC", "NFKD"):
+        return lambda text: unicodedata.normalize(kind, text)
+    if kind == "Lowercase":
+        return _lowercase
+    raise _Unsupported(f"normalizer {kind}")
+
+
+def _lowercase(text):
+    """Lowercase char by char, as Rust does: str.lower() would make a word-final Σ a ς."""
+    return "σ".join(part.lower() for part in text.split("Σ"))
+
+
+def _pre_tokenizers(spec):
+    """tokenizer.json pre_tokenizer -> list of functions piece -> list of pieces."""
+    if spec is None:
+        return []
+    kind = spec["type"]
+    if kind == "Sequence":
+        return [p for s in spec["pretokenizers"] for p in _pre_tokenizers(s)]
+    if kind == "ByteLevel":
+        return [ByteLevel(spec.get("add_prefix_space", True), spec.get("use_regex", True))]
+    if kind == "Split":
+        pattern = spec["pattern"]
+        if "Regex" in pattern:
+            regex = compile_regex(pattern["Regex"])
+        else:
+            regex = compile_regex(_escape_literal(pattern["String"]))
+        return [Split(regex, spec["behavior"], spec.get("invert", False))]
+    raise _Unsupported(f"pre_tokenizer {kind}")
+
+
+def _escape_literal(text):
+    """A literal string as an Oniguruma pattern (every non-alphanumeric char escaped)."""
+    return "".join(c if c.isalnum() else "\\" + c for c in text)
+
+
+def _post_processor(spec):
+    """tokenizer.json post_processor -> (prefix ids, suffix ids) put around a single
+    sequence when add_special_tokens=True."""
+    if spec is None:
+        return [], []
+    kind = spec["type"]
+    if kind == "ByteLevel":  # only trims offsets
+        return [], []
+    if kind in ("RobertaProcessing", "BertProcessing"):
+        return [spec["cls"][1]], [spec["sep"][1]]
+    if kind == "TemplateProcessing":
+        prefix, suffix, seen_a = [], [], False
+        for item in spec["single"]:
+            if "Sequence" in item:
+                seen_a = True
+            else:
+                ids = spec["special_tokens"][item["SpecialToken"]["id"]]["ids"]
+                (suffix if seen_a else prefix).extend(ids)
+        return prefix, suffix
+    if kind == "Sequence":  # each processor wraps the output of the one before
+        prefix, suffix = [], []
+        for step in spec["processors"]:
+            pre, suf = _post_processor(step)
+            prefix, suffix = pre + prefix, suffix + suf
+        return prefix, suffix
+    raise _Unsupported(f"post_processor {kind}")
+
+
+def _check_decoder(spec):
+    kind = spec["type"] if spec else None
+    if kind != "ByteLevel":
+        raise _Unsupported(f"decoder {kind} (need ByteLevel)")
+
+
+def _bpe_tables(model):
+    """vocab (str -> id) and merges ((id, id) -> (rank, merged id)) of a BPE model."""
+    kind = model.get("type", "BPE")
+    if kind != "BPE":
+        raise _Unsupported(f"model type {kind} (only byte-level BPE)")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise _Unsupported(f"BPE {key} {model[key]!r}")
+    if model.get("byte_fallback"):
+        raise _Unsupported("BPE byte_fallback")
+    if model.get("dropout"):
+        raise _Unsupported("BPE dropout")
+    vocab = model["vocab"]
+    merges = {}
+    for rank, merge in enumerate(model["merges"]):
+        pair = merge.split(" ") if isinstance(merge, str) else merge  # "a b" or ["a", "b"]
+        if len(pair) != 2:
+            raise ValueError(f"merge {merge!r} is not a pair of tokens")
+        a, b = pair
+        try:
+            merges[vocab[a], vocab[b]] = (rank, vocab[a + b])
+        except KeyError as e:
+            raise ValueError(f"merge {merge!r} uses {e} which is not in the vocab") from None
+    return vocab, merges
+
+
+# --- added tokens -------------------------------------------------------------
+
+def _is_word_char(c):
+    """Rust regex's \\w, which tokenizers uses for single_word: alphabetic, marks, decimal
+    digits, connectors, joiners. (Letters and Nl stand in for the Alphabetic property.)"""
+    cat = unicodedata.category(c)
+    return cat[0] in "LM" or cat in ("Nd", "Nl", "Pc") or c in "\u200c\u200d"
+
+
+class _AddedTokens:
+    """Tokens matched verbatim in the text before BPE sees it, longest match first,
+    with tokenizers' lstrip/rstrip/single_word rules."""
+
+    def __init__(self, entries, normalize):
+        self.by_text = {}  # text as matched -> entry
+        for entry in entries:
+            text = entry["content"]
+            if entry.get("normalized") and normalize:
+                text = normalize(text)
+            self.by_text[text] = entry
+        self.regex = None
+        if self.by_text:
+            alternatives = sorted(self.by_text, key=len, reverse=True)  # longest first
+            self.regex = compile_regex("|".join(map(_escape_literal, alternatives)))
+
+    def split(self, text):
+        """text -> list of (piece, id): id is the token's id for an added token, None for
+        the text between them (which is never empty)."""
+        if self.regex is None:
+            return [(text, None)]
+        out, pos = [], 0
+        for m in self.regex.finditer(text):
+            entry, start, stop = self.by_text[m.group()], m.start(), m.end()
+            if entry.get("single_word") and not self._single_word(text, start, stop):
+                continue
+            if entry.get("lstrip"):  # swallow spaces before, unless a previous token did
+                while start > pos and text[start - 1] in WHITE_SPACE_CHARS:
+                    start -= 1
+            if entry.get("rstrip"):
+                while stop < len(text) and text[stop] in WHITE_SPACE_CHARS:
+                    stop += 1
+            if pos < start:
+                out.append((text[pos:start], None))
+            out.append((text[start:stop], entry["id"]))
+            pos = stop
+        if pos < len(text):
+            out.append((text[pos:], None))
+        return out
+
+    @staticmethod
+    def _single_word(text, start, stop):
+        """A single_word token must not touch word characters on either side."""
+        return ((start == 0 or not _is_word_char(text[start - 1])) and
+                (stop == len(text) or not _is_word_char(text[stop])))
+
+
+# --- BPE ----------------------------------------------------------------------
+
+def bpe_merge(ids, merges):
+    """Merge a word's symbols: repeatedly the adjacent pair of lowest rank, leftmost
+    first, as tokenizers does. A heap of candidate pairs keeps long words (a 100k-space
+    run) at O(n log n); entries made stale by an earlier merge are skipped."""
+    ids = list(ids)                          # [n] token id, None once merged away
+    n = len(ids)
+    nxt = list(range(1, n + 1))              # [n] index of the next live symbol (n = none)
+    prv = list(range(-1, n - 1))             # [n] index of the previous live symbol (-1 = none)
+    heap = [(*merges[ids[i], ids[i + 1]], i) for i in range(n - 1) if (ids[i], ids[i + 1]) in merges]
+    heapq.heapify(heap)                      # entries (rank, merged id, left index)
+    while heap:
+        rank, new, i = heapq.heappop(heap)
+        j = nxt[i]
+        if ids[i] is None or j >= n or merges.get((ids[i], ids[j])) != (rank, new):
+            continue
+        ids[i], ids[j] = new, None
+        nxt[i] = nxt[j]
+        if nxt[i] < n:
+            prv[nxt[i]] = i
+        for left, right in ((prv[i], i), (i, nxt[i])):
+            if left >= 0 and right < n and (ids[left], ids[right]) in merges:
+                heapq.heappush(heap, (*merges[ids[left], ids[right]], left))
+    return [t for t in ids if t is not None]
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer read from a Hugging Face tokenizer.json."""
+
+    def __init__(self, spec):
+        """spec: the parsed tokenizer.json. Prefer from_file, which reports bad files."""
+        model = spec["model"]
+        self.vocab, self.merges = _bpe_tables(model)
+        self.ignore_merges = model.get("ignore_merges", False)
+        self.unk_id = self.vocab[model["unk_token"]] if model.get("unk_token") else None
+        self.fuse_unk = model.get("fuse_unk", False)
+        self.normalize = _normalizer(spec.get("normalizer"))
+        self.pre_tokenizers = _pre_tokenizers(spec.get("pre_tokenizer"))
+        _check_decoder(spec.get("decoder"))
+
+        entries = spec.get("added_tokens") or []
+        self.raw_added = _AddedTokens([e for e in entries if not e.get("normalized")], None)
+        self.norm_added = _AddedTokens([e for e in entries if e.get("normalized")], self.normalize)
+        self.added = {e["content"]: e["id"] for e in entries}
+        self.special_ids = {e["id"] for e in entries if e.get("special")}
+
+        size = 1 + max([*self.vocab.values(), *self.added.values()], default=-1)
+        self.tokens = [None] * size          # [vocab_size] id -> token text, None for holes
+        for text, i in self.vocab.items():
+            self.tokens[i] = text
+        for entry in entries:               # tokenizers shows normalized tokens normalized
+            text = entry["content"]
+            if entry.get("normalized") and self.normalize:
+                text = self.normalize(text)
+            self.tokens[entry["id"]] = text
+        self.prefix_ids, self.suffix_ids = _post_processor(spec.get("post_processor"))
+        self._bpe_cache = {}                 # pre-token -> ids
+        self._bytes_cache = {}               # id -> bytes
+
+    @classmethod
+    def from_file(cls, path):
+        """Load a tokenizer.json; any problem with the file raises a one-line ModelError."""
+        path = str(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                spec = json.load(f)
+        except OSError as e:
+            raise ModelError(f"{path}: cannot read tokenizer: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise ModelError(f"{path}: tokenizer is not UTF-8 text: {e.reason} at byte {e.start}") from None
+        except json.JSONDecodeError as e:
+            where = f"line {e.lineno} column {e.colno}"
+            raise ModelError(f"{path}: tokenizer is not valid JSON: {e.msg} at {where}") from None
+        try:
+            if not isinstance(spec, dict):
+                raise ValueError("top level is not a JSON object")
+            return cls(spec)
+        except _Unsupported as e:
+            raise ModelError(f"{path}: unsupported tokenizer component: {e}") from None
+        except KeyError as e:
+            raise ModelError(f"{path}: bad tokenizer: missing or unknown key {e}") from None
+        except (TypeError, ValueError, AttributeError, IndexError) as e:
+            raise ModelError(f"{path}: bad tokenizer: {e}") from None
+
+    # --- encoding ---
+
+    def encode(self, text, add_special_tokens=True):
+        """Text -> token ids; add_special_tokens puts BOS/EOS as the post-processor says."""
+        try:
+            ids = self._encode(text)
+        except UnicodeEncodeError as e:
+            bad = f"U+{ord(e.object[e.start]):04X}"
+            raise UsageError(f"text contains {bad}, a lone surrogate that UTF-8 cannot encode") from None
+        if add_special_tokens:
+            ids = self.prefix_ids + ids + self.suffix_ids
+        return ids
+
+    def _encode(self, text):
+        ids = []
+        for piece, token in self.raw_added.split(text):
+            if token is not None:
+                ids.append(token)
+                continue
+            if self.normalize:
+                piece = self.normalize(piece)
+            for sub, sub_token in self.norm_added.split(piece):
+                if sub_token is not None:
+                    ids.append(sub_token)
+                else:
+                    for word in self._pre_tokenize(sub):
+                        ids.extend(self._bpe(word))
+        return ids
+
+    def _pre_tokenize(self, text):
+        pieces = [text]
+        for step in self.pre_tokenizers:
+            pieces = [out for piece in pieces for out in step(piece)]
+        return [p for p in pieces if p]
+
+    def _bpe(self, word):
+        ids = self._bpe_cache.get(word)
+        if ids is None:
+            ids = self._bpe_word(word)
+            if len(self._bpe_cache) >= BPE_CACHE_SIZE:
+                self._bpe_cache.clear()
+            self._bpe_cache[word] = ids
+        return ids
+
+    def _bpe_word(self, word):
+        if self.ignore_merges and word in self.vocab:
+            return [self.vocab[word]]
+        symbols = []
+        for c in word:
+            i = self.vocab.get(c)
+            if i is not None:
+                symbols.append(i)
+            elif self.unk_id is not None and not (self.fuse_unk and symbols and symbols[-1] == self.unk_id):
+                symbols.append(self.unk_id)
+            # tokenizers drops a character it cannot map when there is no unk token
+        return bpe_merge(symbols, self.merges)
+
+    # --- decoding ---
+
+    def decode_bytes(self, ids, skip_special_tokens=False):
+        """Token ids -> raw UTF-8 bytes, for streaming: a character split across tokens
+        comes out whole once its last byte arrives. Unknown ids are skipped, as in
+        tokenizers."""
+        out = bytearray()
+        for i in ids:
+            if skip_special_tokens and i in self.special_ids:
+                continue
+            out += self._token_bytes(i)
+        return bytes(out)
+
+    def decode(self, ids, skip_special_tokens=False):
+        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids, skip_special_tokens).decode("utf-8", errors="replace")
+
+    def _token_bytes(self, i):
+        b = self._bytes_cache.get(i)
+        if b is None:
+            text = self.id_to_token(i) or ""
+            # As tokenizers' ByteLevel decoder: a token made only of byte stand-ins maps
+            # back to those bytes; any other (an added token like "<|im start|>") is
+            # taken as its own UTF-8.
+            if all(c in CHAR_TO_BYTE for c in text):
+                b = bytes(CHAR_TO_BYTE[c] for c in text)
+            else:
+                b = text.encode("utf-8")
+            self._bytes_cache[i] = b
+        return b
+
+    # --- vocabulary ---
+
+    @property
+    def vocab_size(self):
+        """Number of ids, added tokens included (largest id + 1)."""
+        return len(self.tokens)
+
+    def token_to_id(self, token):
+        """Token text -> id, or None; added tokens first, as tokenizers does."""
+        i = self.added.get(token)
+        return i if i is not None else self.vocab.get(token)
+
+    def id_to_token(self, i):
+        """Id -> token text as stored in the vocab (byte stand-ins), or None."""
+        return self.tokens[i] if 0 <= i < len(self.tokens) else None  # i may be a numpy int
+
+    @property
+    def bos_id(self):
+        """BOS: what the post-processor puts first, else a token with a usual BOS name."""
+        if self.prefix_ids:
+            return self.prefix_ids[0]
+        return self._first_named(BOS_NAMES)
+
+    @property
+    def eos_id(self):
+        """EOS: the first usual EOS name present. A model's config.json (eos_token_id)
+        knows better: chat models often end turns with another token (<|im_end|>)."""
+        return self._first_named(EOS_NAMES)
+
+    def _first_named(self, names):
+        for name in names:
+            i = self.token_to_id(name)
+            if i is not None:
+                return i
+        return None
