@@ -1,0 +1,161 @@
+"""The command line, and every kind of bad input a user can give it: one line, the right exit status."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+
+import tinydiff
+from tinydiff import kernels
+from tinydiff.cli import main
+
+HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
+MODEL = os.path.join(HF, "llama-gqa")
+
+
+def run(*argv, stdin=b""):
+    """Runs `python -m tinydiff` in a subprocess: (exit status, stdout, stderr)."""
+    p = subprocess.run([sys.executable, "-m", "tinydiff", *argv], input=stdin, capture_output=True, timeout=120)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def assert_one_line_error(status, err, expected_status, *words):
+    assert status == expected_status, err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.fixture
+def model_copy(tmp_path):
+    dst = tmp_path / "model"
+    shutil.copytree(MODEL, dst)
+    return dst
+
+
+def test_generate_streams_the_same_text_as_the_api(capsys):
+    expected = tinydiff.load(MODEL).generate("Once upon a time", 12, temperature=0)
+    assert main(["generate", "-m", MODEL, "-p", "Once upon a time", "-n", "12", "--temp", "0"]) == 0
+    assert capsys.readouterr().out == expected + "\n"
+
+
+def test_seeded_sampling_is_reproducible_and_stats_go_to_stderr(capsys):
+    argv = ["generate", "-m", MODEL, "-p", "Once", "-n", "16", "--temp", "1.0", "-s", "3", "--stats"]
+    main(argv)
+    first = capsys.readouterr()
+    main(argv)
+    second = capsys.readouterr()
+    assert first.out == second.out
+    assert "prompt eval:" in first.err and "tokens/s" in first.err and "time to first token" in first.err
+
+
+def test_prompt_from_stdin_and_file(tmp_path):
+    status, out_stdin, _ = run("generate", "-m", MODEL, "-n", "4", "--temp", "0", stdin="Once upon".encode())
+    assert status == 0
+    (tmp_path / "p.txt").write_text("Once upon", encoding="utf-8")
+    status, out_file, _ = run("generate", "-m", MODEL, "-n", "4", "--temp", "0", "-f", str(tmp_path / "p.txt"))
+    assert status == 0 and out_file == out_stdin and out_file.strip()
+
+
+def test_info_prints_architecture_parameters_and_bytes(capsys):
+    assert main(["info", "-m", MODEL]) == 0
+    out = capsys.readouterr().out
+    model = tinydiff.load(MODEL)
+    assert f"{model.parameter_count():,}" in out
+    assert "llama" in out and "weights F32" in out and "heads 4 (kv 2" in out
+
+
+# -- bad input: usage errors exit 2 ------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, words", [
+    (["-p", ""], ["prompt is empty"]),
+    (["-p", "hi", "-n", "0"], ["must be >= 1", "0"]),
+    (["-p", "hi", "--temp", "-1"], ["temperature", "-1"]),
+    (["-p", "hi", "--top-p", "2"], ["top_p"]),
+    (["-p", "hi", "-n", "abc"], ["n-predict", "abc"]),
+    (["-p", "hi", "-n", "300"], ["context of 256"]),
+])
+def test_usage_errors_are_one_line_with_status_2(argv, words):
+    status, _, err = run("generate", "-m", MODEL, *argv)
+    assert_one_line_error(status, err, 2, *words)
+
+
+def test_invalid_utf8_on_stdin():
+    status, _, err = run("generate", "-m", MODEL, "-n", "4", stdin=b"Once \xff\xfe upon")
+    assert_one_line_error(status, err, 2, "stdin", "invalid UTF-8", "byte 5")
+
+
+def test_more_threads_than_cores():
+    status, _, err = run("generate", "-m", MODEL, "-p", "hi", "-t", str(kernels.physical_cores() + 1))
+    assert_one_line_error(status, err, 2, "threads", "cores")
+
+
+def test_unknown_command_and_flag():
+    status, _, err = run("frobnicate")
+    assert_one_line_error(status, err, 2, "frobnicate")
+    status, _, err = run("generate", "-m", MODEL, "-p", "hi", "--bogus")
+    assert_one_line_error(status, err, 2, "--bogus")
+
+
+# -- bad input: model errors exit 1 ------------------------------------------------------------
+
+def test_missing_model_folder(tmp_path):
+    status, _, err = run("generate", "-m", str(tmp_path / "nope"), "-p", "hi")
+    assert_one_line_error(status, err, 1, "nope")
+
+
+def test_truncated_weights_file(model_copy):
+    path = model_copy / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    status, _, err = run("generate", "-m", str(model_copy), "-p", "hi")
+    assert_one_line_error(status, err, 1, "model.safetensors")
+
+
+def rewrite_header(path, edit):
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    edit(header)
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+
+
+def test_header_that_lies_about_a_shape(model_copy):
+    name = "model.layers.0.mlp.up_proj.weight"
+    rewrite_header(model_copy / "model.safetensors", lambda h: h[name].update(shape=[64, 128]))
+    status, _, err = run("info", "-m", str(model_copy))
+    assert_one_line_error(status, err, 1, "model.safetensors", name)
+
+
+def test_weights_of_the_wrong_shape_for_the_config(model_copy):
+    cfg = json.loads((model_copy / "config.json").read_text())
+    cfg["intermediate_size"] = 96
+    (model_copy / "config.json").write_text(json.dumps(cfg))
+    status, _, err = run("info", "-m", str(model_copy))
+    assert_one_line_error(status, err, 1, "gate_proj", "expected (96, 64)")
+
+
+def test_unknown_dtype(model_copy):
+    name = "model.norm.weight"
+    rewrite_header(model_copy / "model.safetensors", lambda h: h[name].update(dtype="Q9"))
+    status, _, err = run("info", "-m", str(model_copy))
+    assert_one_line_error(status, err, 1, "model.safetensors", "Q9")
+
+
+def test_missing_tokenizer(model_copy):
+    os.remove(model_copy / "tokenizer.json")
+    status, _, err = run("info", "-m", str(model_copy))
+    assert_one_line_error(status, err, 1, "tokenizer.json")
+
+
+def test_corrupt_config(model_copy):
+    (model_copy / "config.json").write_text('{"model_type": "llama", ')
+    status, _, err = run("info", "-m", str(model_copy))
+    assert_one_line_error(status, err, 1, "config.json")
