@@ -57,7 +57,7 @@ def decode_tokens(model, ids, max_new_tokens, params, stop_ids, timings=None):
     history = list(ids)
 
     t0 = time.perf_counter()
-    logits = model.forward(ids, cache, buf, last_only=True)           # [1, V] prefill, one pass
+    logits = model.forward([ids], cache, buf, 0, last_only=True)      # [1, V] prefill, one pass
     timings.prompt_tokens, timings.prompt_s = len(ids), time.perf_counter() - t0
     for i in range(max_new_tokens):
         t0 = time.perf_counter()
@@ -70,7 +70,7 @@ def decode_tokens(model, ids, max_new_tokens, params, stop_ids, timings=None):
         if token in stop_ids or i == max_new_tokens - 1:
             timings.gen_s += time.perf_counter() - t0
             return
-        logits = model.forward([token], cache, buf, last_only=True)  # [1, V] one decode pass
+        logits = model.forward([[token]], cache, buf, len(history) - 1, last_only=True)  # [1, V] one decode pass
         timings.gen_s += time.perf_counter() - t0
 
 

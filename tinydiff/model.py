@@ -61,9 +61,12 @@ class Model:
 
     # -- forward passes ------------------------------------------------------------------
 
-    def forward(self, ids, cache, buf, causal=True, last_only=False):
+    def forward(self, ids, cache, buf, start, kv_len=None, causal=True, last_only=False):
+        """ids [B, n]: see transformer.forward."""
+        ids = np.asarray(ids, dtype=np.int64)
         self._check_ids(ids)
-        return forward(self.config, self.weights, self.inv_freq, ids, cache, buf, causal, last_only)
+        return forward(self.config, self.weights, self.inv_freq, ids, cache, buf, start, kv_len,
+                       causal, last_only)
 
     def logits(self, ids, causal=True):
         """One full forward pass over ids, no cache kept: logits [len(ids), V] float32."""
@@ -73,11 +76,12 @@ class Model:
         if len(ids) > self.config.max_position_embeddings:
             raise UsageError(f"logits: {len(ids)} ids exceed the context of "
                              f"{self.config.max_position_embeddings} positions")
-        return self.forward(ids, KVCache(self.config, len(ids)), Buffers(self.config, len(ids)), causal)
+        return self.forward([ids], KVCache(self.config, len(ids)), Buffers(self.config, len(ids)), 0,
+                            causal=causal)
 
     def _check_ids(self, ids):
-        bad = [i for i in ids if not 0 <= int(i) < self.config.vocab_size]
-        if bad:
+        bad = ids[(ids < 0) | (ids >= self.config.vocab_size)]
+        if bad.size:
             raise UsageError(f"token id {bad[0]} is outside the vocabulary (0..{self.config.vocab_size - 1})")
 
     # -- autoregressive generation -----------------------------------------------------------
@@ -101,7 +105,7 @@ class Model:
         """Yields new ids one at a time (the last one is EOS if the model produced it)."""
         params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
         ids = fit_context(list(ids), max_new_tokens, self.config.max_position_embeddings, truncate)
-        self._check_ids(ids)
+        self._check_ids(np.asarray(ids, dtype=np.int64))
         return decode_tokens(self, ids, max_new_tokens, params, self.stop_ids, timings)
 
     def generate_ids(self, ids, max_new_tokens=128, **sampling):

@@ -19,72 +19,78 @@ def rope_inv_freq(cfg):
 
 
 class KVCache:
-    """Keys (after RoPE) and values of every position processed so far, for every layer."""
+    """Keys (after RoPE) and values of B sequences, n_ctx position slots each, for every layer."""
 
-    def __init__(self, cfg, n_ctx):
-        self.k = np.zeros((cfg.num_hidden_layers, n_ctx, cfg.kv_dim), np.float32)  # [L, ctx, KVH*hd]
-        self.v = np.zeros((cfg.num_hidden_layers, n_ctx, cfg.kv_dim), np.float32)  # [L, ctx, KVH*hd]
-        self.n = 0                                                                  # positions filled
-
-    @property
-    def capacity(self):
-        return self.k.shape[1]
+    def __init__(self, cfg, n_ctx, batch=1):
+        shape = (cfg.num_hidden_layers, batch, n_ctx, cfg.kv_dim)
+        self.k = np.zeros(shape, np.float32)   # [L, B, ctx, KVH*hd]
+        self.v = np.zeros(shape, np.float32)   # [L, B, ctx, KVH*hd]
 
 
 class Buffers:
-    """Scratch activations for up to n_max positions per pass; a pass of n uses the first n rows."""
+    """Scratch activations for up to n_max rows (batch x positions) per pass."""
 
     def __init__(self, cfg, n_max):
         self.n_max = n_max
-        self.x = np.zeros((n_max, cfg.hidden_size), np.float32)           # [n, d] residual stream
-        self.h = np.zeros((n_max, cfg.hidden_size), np.float32)           # [n, d] normed input of a block
-        self.q = np.zeros((n_max, cfg.q_dim), np.float32)                 # [n, H*hd]
-        self.att = np.zeros((n_max, cfg.q_dim), np.float32)               # [n, H*hd] attention output
-        self.proj = np.zeros((n_max, cfg.hidden_size), np.float32)        # [n, d] o_proj / down_proj out
-        self.gate = np.zeros((n_max, cfg.intermediate_size), np.float32)  # [n, f]
-        self.up = np.zeros((n_max, cfg.intermediate_size), np.float32)    # [n, f]
+        self.x = np.zeros((n_max, cfg.hidden_size), np.float32)           # [Bn, d] residual stream
+        self.h = np.zeros((n_max, cfg.hidden_size), np.float32)           # [Bn, d] normed input of a block
+        self.q = np.zeros((n_max, cfg.q_dim), np.float32)                 # [Bn, H*hd]
+        self.k = np.zeros((n_max, cfg.kv_dim), np.float32)                # [Bn, KVH*hd]
+        self.v = np.zeros((n_max, cfg.kv_dim), np.float32)                # [Bn, KVH*hd]
+        self.att = np.zeros((n_max, cfg.q_dim), np.float32)               # [Bn, H*hd] attention output
+        self.proj = np.zeros((n_max, cfg.hidden_size), np.float32)        # [Bn, d] o_proj / down_proj out
+        self.gate = np.zeros((n_max, cfg.intermediate_size), np.float32)  # [Bn, f]
+        self.up = np.zeros((n_max, cfg.intermediate_size), np.float32)    # [Bn, f]
 
 
-def forward(cfg, w, inv_freq, ids, cache, buf, causal=True, last_only=False):
-    """Runs ids (the next n tokens) through the model, appending their K/V to the cache.
+def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, last_only=False):
+    """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
 
-    Returns logits [n, V], or [1, V] for the last position only (decoding needs no more)."""
-    n, pos0 = len(ids), cache.n
+    Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
+    (default: up to the last new position), causally or bidirectionally. Autoregressive decoding
+    appends (start = positions so far); a diffusion step with a cache recomputes a span of the canvas
+    and reads the cached rest. Returns logits [B*n, V], or [B, V] for each sequence's last position.
+    """
+    B, n = ids.shape
+    kv_len = start + n if kv_len is None else kv_len
     H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
-    pos = np.arange(pos0, pos0 + n, dtype=np.int32)                  # [n] absolute positions
-    x, h, q, att, proj = buf.x[:n], buf.h[:n], buf.q[:n], buf.att[:n], buf.proj[:n]
-    gate, up = buf.gate[:n], buf.up[:n]
-    np.take(w.embed_tokens, ids, axis=0, out=x)                       # [n, d]
+    pos = np.tile(np.arange(start, start + n, dtype=np.int32), B)       # [Bn] positions, for RoPE
+    x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
+    att, proj, gate, up = buf.att[:B * n], buf.proj[:B * n], buf.gate[:B * n], buf.up[:B * n]
+    np.take(w.embed_tokens, ids.reshape(-1), axis=0, out=x)           # [Bn, d]
 
     for l, lw in enumerate(w.layers):
         # attention: x += o_proj(attention(rope(q), rope(k), v))
-        K.rmsnorm(x, lw.input_layernorm, eps, out=h)                  # [n, d]
-        k, v = cache.k[l, pos0:pos0 + n], cache.v[l, pos0:pos0 + n]  # [n, KVH*hd] slots in the cache
-        K.matmul(h, lw.q_proj, out=q)                                 # [n, H*hd]
-        K.matmul(h, lw.k_proj, out=k)                                 # [n, KVH*hd]
-        K.matmul(h, lw.v_proj, out=v)                                 # [n, KVH*hd]
+        K.rmsnorm(x, lw.input_layernorm, eps, out=h)                  # [Bn, d]
+        K.matmul(h, lw.q_proj, out=q)                                 # [Bn, H*hd]
+        K.matmul(h, lw.k_proj, out=k)                                 # [Bn, KVH*hd]
+        K.matmul(h, lw.v_proj, out=v)                                 # [Bn, KVH*hd]
         if lw.q_bias is not None:
             q += lw.q_bias; k += lw.k_bias; v += lw.v_bias
-        K.rope(q.reshape(n, H, hd), pos, inv_freq)
-        K.rope(k.reshape(n, KVH, hd), pos, inv_freq)
-        keys = cache.k[l, :pos0 + n].reshape(-1, KVH, hd)             # [t, KVH, hd]
-        values = cache.v[l, :pos0 + n].reshape(-1, KVH, hd)           # [t, KVH, hd]
-        K.attention(q.reshape(n, H, hd), keys, values, out=att.reshape(n, H, hd),
-                    causal=causal, q_pos0=pos0)                       # [n, H, hd]
-        K.matmul(att, lw.o_proj, out=proj)                            # [n, d]
+        K.rope(q.reshape(B * n, H, hd), pos, inv_freq)
+        K.rope(k.reshape(B * n, KVH, hd), pos, inv_freq)
+        cache.k[l, :, start:start + n] = k.reshape(B, n, -1)          # [B, n, KVH*hd] into the cache
+        cache.v[l, :, start:start + n] = v.reshape(B, n, -1)
+        for b in range(B):
+            rows = slice(b * n, (b + 1) * n)
+            K.attention(q[rows].reshape(n, H, hd),
+                        cache.k[l, b, :kv_len].reshape(kv_len, KVH, hd),  # [t, KVH, hd]
+                        cache.v[l, b, :kv_len].reshape(kv_len, KVH, hd),
+                        out=att[rows].reshape(n, H, hd), causal=causal, q_pos0=start)  # [n, H, hd]
+        K.matmul(att, lw.o_proj, out=proj)                            # [Bn, d]
         if lw.o_bias is not None:
             proj += lw.o_bias
         x += proj
 
         # MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x))
-        K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h)         # [n, d]
-        K.matmul(h, lw.gate_proj, out=gate)                           # [n, f]
-        K.matmul(h, lw.up_proj, out=up)                               # [n, f]
-        K.silu_mul(gate, up, out=gate)                                # [n, f]
-        K.matmul(gate, lw.down_proj, out=proj)                        # [n, d]
+        K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h)         # [Bn, d]
+        K.matmul(h, lw.gate_proj, out=gate)                           # [Bn, f]
+        K.matmul(h, lw.up_proj, out=up)                               # [Bn, f]
+        K.silu_mul(gate, up, out=gate)                                # [Bn, f]
+        K.matmul(gate, lw.down_proj, out=proj)                        # [Bn, d]
         x += proj
 
-    cache.n = pos0 + n
-    x = x[-1:] if last_only else x
-    out = K.rmsnorm(x, w.norm, eps)                                   # [n or 1, d]
-    return K.matmul(out, w.lm_head)                                   # [n or 1, V]
+    if last_only:
+        x = x.reshape(B, n, -1)[:, -1]                                # [B, d]
+    out = K.rmsnorm(x, w.norm, eps)                                   # [Bn or B, d]
+    return K.matmul(out, w.lm_head)                                   # [Bn or B, V]
