@@ -14,12 +14,12 @@ from typing import Optional
 
 from .errors import ModelError
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "llada", "Dream")
 
 
 @dataclass(frozen=True)
 class Config:
-    model_type: str                  # "llama" | "mistral" | "qwen2"
+    model_type: str                  # "llama" | "mistral" | "qwen2" | "llada" | "Dream"
     hidden_size: int                 # d: width of the residual stream
     num_hidden_layers: int           # L
     num_attention_heads: int         # H: query heads
@@ -34,6 +34,7 @@ class Config:
     qkv_bias: bool                   # q/k/v projections carry a bias (qwen2, llama attention_bias)
     o_bias: bool                     # output projection carries a bias (llama attention_bias)
     causal: bool = True              # False: a masked-diffusion model (bidirectional attention)
+    shifted_logits: bool = False     # Dream: row i predicts the token at position i+1
     bos_token_id: Optional[int] = None
     eos_token_ids: tuple = ()        # generation stops at any of these
     mask_token_id: Optional[int] = None
@@ -80,6 +81,8 @@ def config_from_dict(raw, where="config.json"):
         return value
 
     model_type = get("model_type", str, required=True)
+    if model_type == "llada":
+        raw = _llada_as_hf(raw, where)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ModelError(f"{where}: model_type '{model_type}' not supported "
                          f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
@@ -107,9 +110,10 @@ def config_from_dict(raw, where="config.json"):
         rope_theta=_rope_theta(raw, where),
         rms_norm_eps=get("rms_norm_eps", float, 1e-6),
         tie_word_embeddings=get("tie_word_embeddings", bool, False),
-        qkv_bias=model_type == "qwen2" or bool(raw.get("attention_bias", False)),
+        qkv_bias=model_type in ("qwen2", "Dream") or bool(raw.get("attention_bias", False)),
         o_bias=model_type == "llama" and bool(raw.get("attention_bias", False)),
-        causal=get("is_causal", bool, True),
+        causal=get("is_causal", bool, model_type not in ("llada", "Dream")),
+        shifted_logits=model_type == "Dream",
         bos_token_id=_token_id(raw, "bos_token_id", where),
         eos_token_ids=_token_ids(raw, "eos_token_id", where),
         mask_token_id=_token_id(raw, "mask_token_id", where),
@@ -117,6 +121,26 @@ def config_from_dict(raw, where="config.json"):
     )
     _check_shapes(cfg, where)
     return cfg
+
+
+def _llada_as_hf(raw, where):
+    """LLaDA's config.json (OLMo's key names) spelled the Hugging Face way."""
+    unsupported = [k for k in ("include_bias", "scale_logits", "input_emb_norm", "attention_layer_norm")
+                   if raw.get(k)]
+    if unsupported:
+        raise ModelError(f"{where}: {unsupported[0]} true is not supported (LLaDA's Llama block only)")
+    if raw.get("activation_type", "silu") != "silu":
+        raise ModelError(f"{where}: activation_type '{raw['activation_type']}' not supported (only silu)")
+    if raw.get("layer_norm_type", "rms") != "rms":
+        raise ModelError(f"{where}: layer_norm_type '{raw['layer_norm_type']}' not supported (only rms)")
+    renamed = dict(hidden_size="d_model", num_hidden_layers="n_layers", num_attention_heads="n_heads",
+                   num_key_value_heads="n_kv_heads", intermediate_size="mlp_hidden_size",
+                   max_position_embeddings="max_sequence_length", tie_word_embeddings="weight_tying",
+                   attention_bias="include_qkv_bias")
+    hf = {**raw, **{ours: raw.get(theirs) for ours, theirs in renamed.items()}}
+    hf["vocab_size"] = raw.get("embedding_size") or raw.get("vocab_size")   # embedding_size is the real one
+    hf["rms_norm_eps"] = raw.get("rms_norm_eps", 1e-5)
+    return hf
 
 
 def _rope_theta(raw, where):

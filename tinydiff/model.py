@@ -15,7 +15,7 @@ from .safetensors import load_checkpoint
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
 from .transformer import Buffers, KVCache, forward, rope_inv_freq
-from .weights import llama_weights
+from .weights import load_weights
 
 
 def set_threads(threads):
@@ -34,7 +34,7 @@ def load(path, threads=None):
         raise ModelError(f"{path}: not a model folder (expected config.json, model.safetensors, tokenizer.json)")
     config = load_config(path)
     ckpt = load_checkpoint(path)
-    weights = llama_weights(config, ckpt)
+    weights = load_weights(config, ckpt)
     tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
     if tokenizer.vocab_size > config.vocab_size:
         raise ModelError(f"{path}: tokenizer.json has {tokenizer.vocab_size} tokens but the model's "
@@ -69,15 +69,43 @@ class Model:
                        causal, last_only)
 
     def logits(self, ids, causal=True):
-        """One full forward pass over ids, no cache kept: logits [len(ids), V] float32."""
+        """One full forward pass over ids, no cache kept: logits [len(ids), V] float32.
+
+        causal=True: row i predicts the token after position i. causal=False (masked diffusion):
+        row i is the distribution of the token at position i, for every model (Dream's shift is
+        applied here)."""
         ids = list(ids)
         if not ids:
             raise UsageError("logits: ids is empty")
         if len(ids) > self.config.max_position_embeddings:
             raise UsageError(f"logits: {len(ids)} ids exceed the context of "
                              f"{self.config.max_position_embeddings} positions")
-        return self.forward([ids], KVCache(self.config, len(ids)), Buffers(self.config, len(ids)), 0,
-                            causal=causal)
+        if not causal:
+            cache, buf = self.canvas_state(1, len(ids))
+            return self.canvas_logits(np.asarray([ids]), cache, buf)[0]
+        return self.forward([ids], KVCache(self.config, len(ids)), Buffers(self.config, len(ids)), 0)
+
+    def canvas_state(self, batch, length):
+        """The KV cache and buffers for denoising `batch` canvases of `length` positions."""
+        return KVCache(self.config, length, batch), Buffers(self.config, batch * length)
+
+    def canvas_logits(self, canvas, cache, buf, start=0, end=None):
+        """Bidirectional logits [B, end-start, V] for canvas positions start..end-1.
+
+        Recomputes canvas[:, start:end] (their K/V overwrite those cache slots) attending over all
+        canvas positions; the slots outside [start, end) are read from the cache as they were left
+        by an earlier pass. start=0, end=None is a full, uncached pass. Row i is the distribution of
+        the token at position start+i: for a model that predicts position i from row i-1 (Dream),
+        one more position is recomputed on the left and the rows shifted."""
+        B, L = canvas.shape
+        end = L if end is None else end
+        first = start - 1 if self.config.shifted_logits and start > 0 else start
+        n = end - first
+        logits = self.forward(canvas[:, first:end], cache, buf, first, kv_len=L, causal=False)
+        logits = logits.reshape(B, n, -1)                               # [B, n, V]
+        if self.config.shifted_logits:                                  # row i <- row i-1; row 0 keeps its own
+            logits = logits[:, :-1] if first < start else np.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
+        return logits
 
     def _check_ids(self, ids):
         bad = ids[(ids < 0) | (ids >= self.config.vocab_size)]

@@ -1,7 +1,8 @@
 """The model's weights as plain arrays, carved out of the checkpoint's memory map.
 
-Names match the Hugging Face checkpoint keys (model.layers.{i}.self_attn.q_proj.weight, ...), so a
-reader can grep a key from the file and find where it lands. Every matrix keeps HF's [out, in]
+Field names are the Hugging Face checkpoint keys (model.layers.{i}.self_attn.q_proj.weight, ...);
+the tables below give each layout's key for each field, so a reader can grep a key from the file
+and find where it lands. Every matrix keeps HF's [out, in]
 layout, which is what the matmul kernel expects: y = x @ W.T. F32 tensors are views of the mmap
 (zero copy); F16/BF16 tensors are widened to f32 once, at load.
 """
@@ -36,36 +37,53 @@ class Weights:
     lm_head: np.ndarray                    # [V, d]: embed_tokens itself when tied
 
 
-def llama_weights(cfg, ckpt):
-    """Carves a Llama/Mistral/Qwen2 checkpoint into Weights, checking every name and shape."""
-    d, hd, f, V = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
-    qd, kvd = cfg.q_dim, cfg.kv_dim
+# Checkpoint key of each weight, per layout. Llama, Mistral, Qwen2 and Dream use Hugging Face's
+# names; LLaDA keeps the OLMo names of its own modeling code.
+HF_NAMES = dict(
+    embed_tokens="model.embed_tokens.weight", norm="model.norm.weight", lm_head="lm_head.weight",
+    layer="model.layers.{i}.",
+    input_layernorm="input_layernorm.weight", post_attention_layernorm="post_attention_layernorm.weight",
+    q_proj="self_attn.q_proj.weight", k_proj="self_attn.k_proj.weight", v_proj="self_attn.v_proj.weight",
+    o_proj="self_attn.o_proj.weight", gate_proj="mlp.gate_proj.weight", up_proj="mlp.up_proj.weight",
+    down_proj="mlp.down_proj.weight", q_bias="self_attn.q_proj.bias", k_bias="self_attn.k_proj.bias",
+    v_bias="self_attn.v_proj.bias", o_bias="self_attn.o_proj.bias",
+)
+LLADA_NAMES = dict(
+    embed_tokens="model.transformer.wte.weight", norm="model.transformer.ln_f.weight",
+    lm_head="model.transformer.ff_out.weight", layer="model.transformer.blocks.{i}.",
+    input_layernorm="attn_norm.weight", post_attention_layernorm="ff_norm.weight",
+    q_proj="q_proj.weight", k_proj="k_proj.weight", v_proj="v_proj.weight", o_proj="attn_out.weight",
+    gate_proj="ff_proj.weight", up_proj="up_proj.weight", down_proj="ff_out.weight",
+    q_bias="q_proj.bias", k_bias="k_proj.bias", v_bias="v_proj.bias", o_bias="attn_out.bias",
+)
+
+
+def load_weights(cfg, ckpt):
+    """Carves a checkpoint into Weights, checking that every tensor is there with its shape."""
+    names = LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES
+    d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
 
     def layer(i):
-        p = f"model.layers.{i}."
-        bias = (lambda name, n: ckpt.expect(p + name, (n,))) if cfg.qkv_bias else (lambda name, n: None)
+        def get(field, *shape):
+            return ckpt.expect(names["layer"].format(i=i) + names[field], shape)
+
+        bias = get if cfg.qkv_bias else (lambda field, n: None)
         return LayerWeights(
-            input_layernorm=ckpt.expect(p + "input_layernorm.weight", (d,)),
-            q_proj=ckpt.expect(p + "self_attn.q_proj.weight", (qd, d)),
-            k_proj=ckpt.expect(p + "self_attn.k_proj.weight", (kvd, d)),
-            v_proj=ckpt.expect(p + "self_attn.v_proj.weight", (kvd, d)),
-            o_proj=ckpt.expect(p + "self_attn.o_proj.weight", (d, qd)),
-            post_attention_layernorm=ckpt.expect(p + "post_attention_layernorm.weight", (d,)),
-            gate_proj=ckpt.expect(p + "mlp.gate_proj.weight", (f, d)),
-            up_proj=ckpt.expect(p + "mlp.up_proj.weight", (f, d)),
-            down_proj=ckpt.expect(p + "mlp.down_proj.weight", (d, f)),
-            q_bias=bias("self_attn.q_proj.bias", qd),
-            k_bias=bias("self_attn.k_proj.bias", kvd),
-            v_bias=bias("self_attn.v_proj.bias", kvd),
-            o_bias=ckpt.expect(p + "self_attn.o_proj.bias", (d,)) if cfg.o_bias else None,
+            input_layernorm=get("input_layernorm", d),
+            q_proj=get("q_proj", qd, d), k_proj=get("k_proj", kvd, d), v_proj=get("v_proj", kvd, d),
+            o_proj=get("o_proj", d, qd),
+            post_attention_layernorm=get("post_attention_layernorm", d),
+            gate_proj=get("gate_proj", f, d), up_proj=get("up_proj", f, d), down_proj=get("down_proj", d, f),
+            q_bias=bias("q_bias", qd), k_bias=bias("k_bias", kvd), v_bias=bias("v_bias", kvd),
+            o_bias=get("o_bias", d) if cfg.o_bias else None,
         )
 
-    embed = ckpt.expect("model.embed_tokens.weight", (V, d))
+    embed = ckpt.expect(names["embed_tokens"], (V, d))
     return Weights(
         embed_tokens=embed,
         layers=[layer(i) for i in range(cfg.num_hidden_layers)],
-        norm=ckpt.expect("model.norm.weight", (d,)),
-        lm_head=embed if cfg.tie_word_embeddings else ckpt.expect("lm_head.weight", (V, d)),
+        norm=ckpt.expect(names["norm"], (d,)),
+        lm_head=embed if cfg.tie_word_embeddings else ckpt.expect(names["lm_head"], (V, d)),
     )
 
 
