@@ -159,3 +159,50 @@ def test_corrupt_config(model_copy):
     (model_copy / "config.json").write_text('{"model_type": "llama", ')
     status, _, err = run("info", "-m", str(model_copy))
     assert_one_line_error(status, err, 1, "config.json")
+
+
+# -- masked diffusion from the command line ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def llada_dir(tmp_path_factory):
+    from test_diffusion_models import write_llada
+    path = tmp_path_factory.mktemp("llada") / "model"
+    write_llada(MODEL, str(path), mask_token_id=2)
+    return str(path)
+
+
+def test_diffusion_generate_prints_the_denoised_completion_and_stats(llada_dir):
+    model = tinydiff.load(llada_dir)
+    expected = model.denoise("Once upon a time", 12, steps=6, block_length=4)
+    status, out, err = run("generate", "-m", llada_dir, "-p", "Once upon a time", "-n", "12", "--steps", "6",
+                           "--block", "4", "--stats")
+    assert status == 0 and out == expected + "\n"
+    assert "forward passes: 6" in err and "2.00 tokens committed per pass" in err
+
+
+def test_infill_keeps_the_given_text(llada_dir):
+    status, out, _ = run("infill", "-m", llada_dir, "-p", "Once upon[MASK*3] there was")
+    assert status == 0 and out.startswith("Once upon") and out.rstrip("\n").endswith(" there was")
+
+
+def test_visual_falls_back_to_plain_text_when_not_a_terminal(llada_dir):
+    plain = run("generate", "-m", llada_dir, "-p", "Once", "-n", "8")
+    visual = run("generate", "-m", llada_dir, "-p", "Once", "-n", "8", "--visual")
+    assert visual == plain
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["generate", "-p", "Once", "--mode", "ar"], ["masked-diffusion model"]),
+    (["generate", "-p", "Once", "-n", "8", "--block", "3"], ["block"]),
+    (["generate", "-p", "Once", "-n", "8", "--threshold", "1.5"], ["threshold"]),
+    (["generate", "-p", "Once", "-n", "8", "--steps", "0"], ["steps"]),
+    (["infill", "-p", "The [MASK*0] cat"], ["MASK*0"]),
+])
+def test_diffusion_usage_errors(llada_dir, argv, words):
+    status, _, err = run(*argv[:1], "-m", llada_dir, *argv[1:])
+    assert_one_line_error(status, err, 2, *words)
+
+
+def test_model_without_mask_token_cannot_denoise():
+    status, _, err = run("generate", "-m", MODEL, "-p", "Once", "--mode", "diffusion", "-n", "8")
+    assert_one_line_error(status, err, 2, "mask")

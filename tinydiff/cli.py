@@ -6,6 +6,8 @@ A user's mistake is one line on stderr and exit status 2 (usage) or 1 (model fil
 import argparse
 import sys
 
+import numpy as np
+
 from .errors import TinydiffError, UsageError
 
 
@@ -22,13 +24,39 @@ def _add_model_args(p):
 
 
 def _add_sampling_args(p):
-    p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy (default 0.8)")
-    p.add_argument("--top-k", type=int, default=40, help="top-k, 0 = off (default 40)")
-    p.add_argument("--top-p", type=float, default=0.95, help="top-p, 1 = off (default 0.95)")
+    p.add_argument("--temp", type=float, default=None,
+                   help="temperature; 0 = greedy (default 0.8; masked diffusion: 0)")
+    p.add_argument("--top-k", type=int, default=None, help="top-k, 0 = off (default 40; masked diffusion: 0)")
+    p.add_argument("--top-p", type=float, default=None, help="top-p, 1 = off (default 0.95; masked diffusion: 1)")
     p.add_argument("--min-p", type=float, default=0.05, help="min-p, 0 = off (default 0.05)")
     p.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty, 1 = off (default 1.0)")
     p.add_argument("--repeat-last-n", type=int, default=64, help="tokens the penalty looks back at (default 64)")
     p.add_argument("-s", "--seed", type=int, default=None, help="random seed (default: fresh each run)")
+
+
+def _add_diffusion_args(p):
+    d = p.add_argument_group("masked diffusion")
+    d.add_argument("--steps", type=int, default=None, help="denoising steps (default: one per token)")
+    d.add_argument("--block", type=int, default=None, help="block length, semi-autoregressive (default: one block)")
+    d.add_argument("--remask", default="low_confidence", choices=["low_confidence", "margin", "entropy", "random"],
+                   help="which positions a step commits first (default low_confidence)")
+    d.add_argument("--threshold", type=float, default=None, help="commit every position this confident (Fast-dLLM)")
+    d.add_argument("--factor", type=float, default=None, help="Fast-dLLM's factor rule")
+    d.add_argument("--entropy-bound", type=float, default=None, help="EB-sampler's entropy bound")
+    d.add_argument("--schedule", default="uniform", choices=["uniform", "timestep"], help="tokens per step")
+    d.add_argument("--cfg", type=float, default=0.0, help="classifier-free guidance scale (default 0: off)")
+    d.add_argument("--cache", default="none", choices=["none", "prefix", "dual"], help="KV cache (Fast-dLLM)")
+    d.add_argument("--eos", default=None, choices=["stop", "suppress", "keep"], help="what EOS does")
+    d.add_argument("--visual", action="store_true", help="redraw the canvas in place as it denoises")
+
+
+def diffusion_options(args):
+    options = dict(steps=args.steps, block_length=args.block, remasking=args.remask, threshold=args.threshold,
+                   factor=args.factor, entropy_bound=args.entropy_bound, schedule=args.schedule,
+                   cfg_scale=args.cfg, cache=None if args.cache == "none" else args.cache, seed=args.seed)
+    if args.eos is not None:
+        options["eos"] = args.eos
+    return options
 
 
 def build_parser():
@@ -43,8 +71,20 @@ def build_parser():
     g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     g.add_argument("--truncate", action="store_true", help="drop the start of a prompt too long for the context")
     g.add_argument("--stats", action="store_true", help="print timings to stderr, as llama.cpp does")
+    g.add_argument("--mode", choices=["ar", "diffusion"], default=None,
+                   help="autoregressive or masked diffusion (default: what the model was trained for)")
     _add_sampling_args(g)
+    _add_diffusion_args(g)
     g.set_defaults(run=cmd_generate)
+
+    f = sub.add_parser("infill", help="fill the [MASK] / [MASK*N] holes of a text (masked-diffusion models)")
+    _add_model_args(f)
+    f.add_argument("-p", "--prompt", required=True, help='text with holes, e.g. "The [MASK*3] sat on the mat."')
+    f.add_argument("--stats", action="store_true", help="print forward passes and time per step to stderr")
+    f.add_argument("--temp", type=float, default=None, help="temperature; 0 = greedy (default 0)")
+    f.add_argument("-s", "--seed", type=int, default=None, help="random seed")
+    _add_diffusion_args(f)
+    f.set_defaults(run=cmd_infill)
 
     i = sub.add_parser("info", help="architecture, parameter count and weight bytes per dtype")
     _add_model_args(i)
@@ -72,6 +112,11 @@ def read_prompt(args):
         raise UsageError(f"{where}: invalid UTF-8 at byte {e.start}") from None
 
 
+def _or(value, default):
+    """A flag's value, or the default of the mode it is used in (AR and diffusion differ)."""
+    return default if value is None else value
+
+
 def load_model(args):
     from .model import load
     return load(args.model, threads=args.threads)
@@ -81,9 +126,12 @@ def cmd_generate(args):
     from .generate import Timings
     prompt = read_prompt(args)
     model = load_model(args)
+    mode = args.mode or ("ar" if model.config.causal else "diffusion")
+    if mode == "diffusion":
+        return run_diffusion(args, model, prompt)
     timings = Timings()
-    pieces = model.stream(prompt, args.n_predict, stop=args.stop, temperature=args.temp,
-                          top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+    pieces = model.stream(prompt, args.n_predict, stop=args.stop, temperature=_or(args.temp, 0.8),
+                          top_k=_or(args.top_k, 40), top_p=_or(args.top_p, 0.95), min_p=args.min_p,
                           repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                           seed=args.seed, truncate=args.truncate, timings=timings)
     out = sys.stdout
@@ -93,6 +141,43 @@ def cmd_generate(args):
     out.write("\n")
     if args.stats:
         print(timings.report(), file=sys.stderr)
+
+
+def run_diffusion(args, model, prompt, infill=False):
+    from . import diffusion
+    from .visual import LiveView
+    options = diffusion_options(args)
+    options["temperature"] = _or(args.temp, 0.0)
+    if infill:
+        ids, first, last = diffusion.parse_holes(model.tokenizer, prompt, diffusion.mask_token_id(model),
+                                                 model.config.max_position_embeddings)
+        options.setdefault("eos", "suppress")
+        options["fixed"] = np.asarray(ids) != diffusion.mask_token_id(model)
+        start = 0
+    else:
+        ids = model.encode_prompt(prompt)
+        options.update(gen_length=args.n_predict, top_k=_or(args.top_k, 0), top_p=_or(args.top_p, 1.0))
+        start = len(ids)
+    view = LiveView(model.tokenizer, sys.stdout, start=start,
+                    given=options.get("fixed")) if args.visual else None
+    result = diffusion.denoise_result(model, ids, view.on_step if view else None, **options)
+    out = result.canvas[first:last].tolist() if infill else result.ids
+    stop = next((i for i, t in enumerate(out) if t in model.stop_ids), len(out))
+    text = model.tokenizer.decode(out[:stop])
+    if view:
+        view.finish(text)
+    else:
+        print(text)
+    if args.stats:
+        print(f"forward passes: {result.passes} ({result.passes_saved} saved by EOS), "
+              f"{result.tokens_per_pass:.2f} tokens committed per pass, "
+              f"{result.seconds / max(result.passes, 1) * 1e3:.2f} ms per step, "
+              f"{result.seconds:.2f} s in all", file=sys.stderr)
+
+
+def cmd_infill(args):
+    model = load_model(args)
+    run_diffusion(args, model, args.prompt, infill=True)
 
 
 def cmd_info(args):

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from . import kernels
+from . import diffusion, kernels
 from .config import load_config
 from .errors import ModelError, UsageError
 from .generate import Timings, decode_tokens, fit_context, stream_text
@@ -131,6 +131,9 @@ class Model:
                         min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=None,
                         truncate=False, timings=None):
         """Yields new ids one at a time (the last one is EOS if the model produced it)."""
+        if not self.config.causal:
+            raise UsageError("this is a masked-diffusion model (bidirectional attention): "
+                             "generate with denoise() or --mode diffusion")
         params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
         ids = fit_context(list(ids), max_new_tokens, self.config.max_position_embeddings, truncate)
         self._check_ids(np.asarray(ids, dtype=np.int64))
@@ -148,6 +151,28 @@ class Model:
     def generate(self, prompt, max_new_tokens=128, stop=None, **sampling):
         """The completion only, without the prompt, cut before any stop string."""
         return "".join(self.stream(prompt, max_new_tokens, stop, **sampling))
+
+    # -- masked diffusion (tinydiff/diffusion.py has the options and what they mean) ---------------
+
+    def denoise(self, prompt, gen_length=128, *, on_step=None, **options):
+        """The generated text: the prompt followed by gen_length masks, denoised step by step."""
+        return diffusion.denoise(self, prompt, on_step, gen_length=gen_length, **options)
+
+    def denoise_ids(self, ids, gen_length=128, *, on_step=None, **options):
+        """The generated ids (up to and including the first EOS with eos="stop")."""
+        return diffusion.denoise_ids(self, ids, on_step, gen_length=gen_length, **options)
+
+    def denoise_stream(self, prompt, gen_length=128, **options):
+        """Yields (step, canvas_ids, committed_mask) after every denoising step."""
+        for item in diffusion.denoise_steps(self, self.encode_prompt(prompt), gen_length, **options):
+            if isinstance(item, diffusion.Step):
+                yield item.index, item.canvas, item.committed
+
+    def infill(self, text, *, on_step=None, **options):
+        """Fills the [MASK] / [MASK*N] holes of text; every given token stays as it is."""
+        if isinstance(text, str):
+            return diffusion.infill(self, text, on_step, **options)
+        return diffusion.infill_ids(self, text, on_step, **options)
 
     # -- what it is -------------------------------------------------------------------------
 

@@ -1,0 +1,526 @@
+"""Masked-diffusion decoding (LLaDA, Dream, Fast-dLLM, EB-sampler): fill a canvas of masks.
+
+The canvas is the prompt followed by gen_length mask tokens. Each step is one bidirectional forward
+pass: it predicts a token for every masked position, commits some of them, and leaves the rest
+masked for the next step. Blocks make it semi-autoregressive: the masked positions are taken
+block_length at a time, left to right, and a step only ever commits positions of the current block.
+block_length=1 with one step per block is plain left-to-right decoding again.
+
+How many positions a step commits:
+  schedule="uniform"   the block's tokens spread evenly over its steps, the remainder on the first
+                       steps (LLaDA's get_num_transfer_tokens): 10 tokens in 4 steps -> 3, 3, 2, 2.
+  schedule="timestep"  Dream: with t = linspace(1, eps, S+1), step s commits
+                       int(masked_now * (1 - t[s+1] / t[s])) and the block's last step all the rest
+                       (so a step may commit nothing, as in Dream).
+  threshold            Fast-dLLM: every masked position of the block with confidence >= threshold,
+                       and always at least the most confident one, so a block never stalls.
+  factor               Fast-dLLM's factor rule: with c_1 >= c_2 >= ... the sorted confidences, the
+                       largest n with c_i >= 1 - factor / (i + 1) for every i <= n (at least 1).
+                       Fast-dLLM's code commits the whole block when only the last one fails; here
+                       that position stays masked, as the rule says.
+  entropy_bound        EB-sampler (as in DiffusionGemma): positions by entropy, lowest first; the
+                       largest k with sum(their entropies) - max(their entropy) <= entropy_bound
+                       (at least 1).
+  With threshold/factor/entropy_bound the number of steps is adaptive: `steps` is a cap (per block),
+  and a block that reaches its cap commits everything left at its last step.
+
+Which positions (remasking), scored from p = softmax(logits) at temperature 1 in float64, taken
+after guidance and after the banned tokens are removed, before top-k/top-p (those only limit what
+can be drawn). This is LLaDA's choice for low_confidence (Dream scores the tempered distribution):
+  low_confidence  p[chosen token]     margin  top-1 minus top-2 probability
+  entropy         -entropy(p): the least uncertain position first        random  uniform
+alg_temp > 0 (Dream) draws the positions from softmax(confidence / alg_temp) without replacement
+(Gumbel top-k) instead of taking the top ones.
+
+Which token: temperature 0 is argmax, exactly and deterministically. temperature > 0 draws every
+position independently by Gumbel-max, argmax(logits / T + g) with g ~ Gumbel(0, 1) in float64 for
+every position and token (LLaDA notes that low-precision Gumbel noise hurts quality); top-k and
+top-p first restrict the token set, in tinydiff.sampling's order. The mask token is never chosen
+(a committed mask would look masked again); with eos="suppress" neither are the EOS ids.
+
+cfg_scale > 0 is classifier-free guidance: a second canvas row with the prompt replaced by masks
+runs in the same forward pass (batch of 2), and logits = un + (cfg_scale + 1) * (cond - un).
+
+cache (Fast-dLLM): None recomputes the whole canvas every step. "prefix": a block's first step is a
+full pass (it refreshes every K/V slot), later steps recompute the block and everything after it and
+read the K/V before the block from the cache. "dual": later steps recompute only the block. Both are
+approximations for a bidirectional model: the cached K/V of the other positions are those of the
+block's first step, not of the current canvas. A block's first step equals the uncached pass exactly.
+
+eos: "stop" - once a block is fully committed and holds an EOS id, every position after the first
+EOS becomes EOS and the remaining blocks are skipped (passes_saved counts the steps they were
+allotted: exact for the fixed schedules, the cap for the adaptive rules); "suppress" - EOS logits
+are -inf; "keep" - no special treatment. Text is returned up to the first EOS.
+
+steps > gen_length is an error, not clamped: a step must commit at least one token on average.
+steps must be a multiple of the number of blocks (each block gets steps / blocks), as in LLaDA.
+
+Infilling: the canvas is given whole, the holes anywhere; only the holes are denoised, every given
+token stays fixed, and "the prompt" for guidance is everything given. Blocks are then groups of
+block_length holes, left to right.
+"""
+import re
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .errors import UsageError
+
+REMASKING = ("low_confidence", "margin", "entropy", "random")
+SCHEDULES = ("uniform", "timestep")
+CACHES = (None, "prefix", "dual")
+EOS_MODES = ("stop", "suppress", "keep")
+MASK_NAMES = ("<|mask|>", "[MASK]", "<mask>", "<|mdm_mask|>")
+HOLE = re.compile(r"\[MASK(?:\*(\d+))?\]")      # [MASK] = one token, [MASK*N] = N tokens
+CHUNK = 128                                      # rows scored at once: float64 temporaries stay CHUNK x V
+
+
+# -- what comes out ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """One denoising step (one forward pass)."""
+    index: int              # 0, 1, ... over the whole run
+    block: int              # the block it worked on
+    canvas: np.ndarray      # [L] int64: the canvas after the step, prompt included (a copy)
+    committed: np.ndarray   # [L] bool: True where the position is no longer masked
+    new: np.ndarray         # positions committed by this step, ascending
+    passes: int             # forward passes so far, this one included
+    span: tuple             # (start, end): canvas positions this pass recomputed
+    seconds: float          # wall time of the step (forward pass + choosing)
+
+
+@dataclass(frozen=True)
+class Denoised:
+    """The end of a run: the last item denoise_steps yields."""
+    ids: list               # the generated ids after EOS handling (with `fixed`: the whole canvas)
+    canvas: np.ndarray      # [L] int64: the final canvas
+    passes: int             # forward passes used
+    passes_saved: int       # passes the skipped blocks were allotted (eos="stop")
+    commits: list           # tokens committed by each pass
+    seconds: float
+
+    @property
+    def tokens_per_pass(self):
+        return sum(self.commits) / self.passes if self.passes else 0.0
+
+
+# -- options -----------------------------------------------------------------------------------
+
+def _number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _integer(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to choose tokens and positions; each mistake is one UsageError line."""
+    remasking: str = "low_confidence"
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    threshold: Optional[float] = None
+    factor: Optional[float] = None
+    entropy_bound: Optional[float] = None
+    schedule: str = "uniform"
+    eps: float = 1e-3
+    alg_temp: Optional[float] = None
+    cfg_scale: float = 0.0
+    cache: Optional[str] = None
+    eos: str = "stop"
+    seed: Optional[int] = None
+
+    def __post_init__(self):
+        if self.cache == "none":                          # the CLI's spelling of None
+            object.__setattr__(self, "cache", None)
+        for name, allowed in (("remasking", REMASKING), ("schedule", SCHEDULES), ("cache", CACHES),
+                              ("eos", EOS_MODES)):
+            if getattr(self, name) not in allowed:
+                names = ", ".join("None" if a is None else a for a in allowed)
+                raise UsageError(f"{name} must be one of {names}; got {getattr(self, name)!r}")
+        checks = [
+            (_number(self.temperature) and self.temperature >= 0,
+             f"temperature must be >= 0, got {self.temperature!r}"),
+            (_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
+            (_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}"),
+            (self.threshold is None or _number(self.threshold) and 0 < self.threshold <= 1,
+             f"threshold must be in (0, 1], got {self.threshold!r}"),
+            (self.factor is None or _number(self.factor) and self.factor > 0,
+             f"factor must be > 0, got {self.factor!r}"),
+            (self.entropy_bound is None or _number(self.entropy_bound) and self.entropy_bound >= 0,
+             f"entropy_bound must be >= 0, got {self.entropy_bound!r}"),
+            (_number(self.eps) and 0 < self.eps < 1, f"eps must be in (0, 1), got {self.eps!r}"),
+            (self.alg_temp is None or _number(self.alg_temp) and self.alg_temp >= 0,
+             f"alg_temp must be >= 0, got {self.alg_temp!r}"),
+            (_number(self.cfg_scale) and self.cfg_scale >= 0, f"cfg_scale must be >= 0, got {self.cfg_scale!r}"),
+            (self.seed is None or _integer(self.seed) and self.seed >= 0,
+             f"seed must be an integer >= 0, got {self.seed!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UsageError(message)
+        rules = [n for n in ("threshold", "factor", "entropy_bound") if getattr(self, n) is not None]
+        if len(rules) > 1:
+            raise UsageError(f"give at most one of threshold, factor, entropy_bound; got {' and '.join(rules)}")
+        if rules and self.schedule != "uniform":
+            raise UsageError(f"schedule={self.schedule!r} fixes the count per step; "
+                             f"it cannot be combined with {rules[0]}")
+        if rules and self.alg_temp:
+            raise UsageError(f"alg_temp draws a fixed count of positions; it cannot be combined with {rules[0]}")
+        if (self.threshold is not None or self.factor is not None) and self.remasking == "entropy":
+            raise UsageError(f"{rules[0]} compares a confidence in [0, 1]; remasking='entropy' scores -entropy "
+                             "(use entropy_bound, or remasking='low_confidence' or 'margin')")
+
+    @property
+    def adaptive(self):
+        return self.threshold is not None or self.factor is not None or self.entropy_bound is not None
+
+
+@dataclass(frozen=True)
+class Plan:
+    blocks: np.ndarray      # [num_blocks, block_length] canvas positions to denoise, left to right
+    steps_per_block: int    # with an adaptive rule: the cap per block
+
+
+def _plan(holes, steps, block_length, what):
+    """Splits the hole positions into blocks and the steps among them. `what` names the length."""
+    n = len(holes)
+    steps = n if steps is None else steps
+    block_length = n if block_length is None else block_length
+    if not _integer(steps) or steps < 1:
+        raise UsageError(f"steps must be an integer >= 1, got {steps!r}")
+    if steps > n:
+        raise UsageError(f"steps={steps} is more than {what}={n}: at most one step per token")
+    if not _integer(block_length) or block_length < 1:
+        raise UsageError(f"block_length must be an integer >= 1, got {block_length!r}")
+    if n % block_length:
+        raise UsageError(f"block_length={block_length} does not divide {what}={n}")
+    num_blocks = n // block_length
+    if steps % num_blocks:
+        raise UsageError(f"steps={steps} is not a multiple of the {num_blocks} blocks "
+                         f"({what}={n} / block_length={block_length}); each block gets steps / blocks")
+    return Plan(np.asarray(holes, np.int64).reshape(num_blocks, block_length), steps // num_blocks)
+
+
+# -- the mask token and the canvas -------------------------------------------------------------
+
+def mask_token_id(model):
+    """config.json's mask_token_id, else a special token with a usual mask name, else an error."""
+    if model.config.mask_token_id is not None:
+        return model.config.mask_token_id
+    tok = model.tokenizer
+    if tok is not None:
+        for name in MASK_NAMES:
+            i = tok.token_to_id(name)
+            if i is not None and i in getattr(tok, "special_ids", ()):
+                return i
+    where = getattr(model, "path", None) or "the model"
+    raise UsageError(f"{where} has no mask token (no mask_token_id in config.json, no special token "
+                     f"{' '.join(MASK_NAMES)}), so it cannot denoise")
+
+
+def _ids_array(model, ids):
+    if isinstance(ids, str):
+        raise UsageError("expected token ids, got a string (use denoise/infill for text)")
+    ids = np.asarray(list(ids))
+    if ids.size == 0:
+        raise UsageError("the prompt is empty")
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise UsageError("token ids must be a flat list of integers")
+    V = model.config.vocab_size
+    bad = ids[(ids < 0) | (ids >= V)]
+    if bad.size:
+        raise UsageError(f"token id {bad[0]} is outside the vocabulary (0..{V - 1})")
+    return ids.astype(np.int64)
+
+
+def _canvas(model, ids, gen_length, fixed, mask_id):
+    """The starting canvas [L], which positions are given [L], where the output starts, the hole count's name."""
+    ids = _ids_array(model, ids)
+    if fixed is None:                                   # denoise: prompt + gen_length masks
+        if not _integer(gen_length) or gen_length < 1:
+            raise UsageError(f"gen_length must be an integer >= 1, got {gen_length!r}")
+        if (ids == mask_id).any():
+            raise UsageError(f"the prompt contains the mask token (id {mask_id}) at position "
+                             f"{int(np.argmax(ids == mask_id))}; use infill to fill holes in a text")
+        canvas = np.concatenate([ids, np.full(gen_length, mask_id, np.int64)])
+        given = np.arange(len(canvas)) < len(ids)
+        start, what = len(ids), "gen_length"
+    else:                                               # infill/edit: every position not fixed is a hole
+        given = np.asarray(fixed, bool)
+        if given.shape != ids.shape:
+            raise UsageError(f"fixed has {given.size} entries for {ids.size} ids")
+        if given.all():
+            raise UsageError("nothing to fill: every position is fixed (mark holes with the mask token)")
+        if (ids[given] == mask_id).any():
+            raise UsageError(f"a fixed position holds the mask token (id {mask_id}); it would stay masked")
+        canvas = np.where(given, ids, mask_id)
+        start, what = 0, "the number of holes"
+    n_ctx = model.config.max_position_embeddings
+    if len(canvas) > n_ctx:
+        raise UsageError(f"the canvas ({(~given).sum()} to fill + {given.sum()} given = {len(canvas)} positions) "
+                         f"exceeds the context of {n_ctx} positions")
+    return canvas, given, start, what
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+def denoise_steps(model, ids, gen_length=128, steps=None, block_length=None, remasking="low_confidence",
+                  temperature=0.0, top_k=0, top_p=1.0, threshold=None, factor=None, entropy_bound=None,
+                  schedule="uniform", eps=1e-3, alg_temp=None, cfg_scale=0.0, cache=None, eos="stop",
+                  seed=None, fixed=None):
+    """Denoises prompt `ids` + gen_length masks; yields a Step per forward pass, then a Denoised.
+
+    steps=None: one token per step (steps = gen_length). block_length=None: one block.
+    fixed: for infilling/editing, a bool per id of `ids`, True = keep; every other position is a hole
+    (gen_length is then not used). Everything is checked here, before the first pass."""
+    o = Options(remasking=remasking, temperature=temperature, top_k=top_k, top_p=top_p, threshold=threshold,
+                factor=factor, entropy_bound=entropy_bound, schedule=schedule, eps=eps, alg_temp=alg_temp,
+                cfg_scale=cfg_scale, cache=cache, eos=eos, seed=seed)
+    mask_id = mask_token_id(model)
+    canvas, given, start, what = _canvas(model, ids, gen_length, fixed, mask_id)
+    if fixed is not None and o.eos == "stop":
+        raise UsageError("eos='stop' ends a continuation; an infill has given text after its holes "
+                         "(use eos='suppress' or 'keep')")
+    plan = _plan(np.flatnonzero(~given), steps, block_length, what)
+    return _denoise(model, canvas, given, start, plan, o, mask_id)
+
+
+def _denoise(model, canvas, given, start, plan, o, mask_id):
+    L = len(canvas)
+    stop_ids = np.asarray(sorted(model.stop_ids), np.int64)
+    banned = [mask_id] + (stop_ids.tolist() if o.eos == "suppress" else [])
+    rng = np.random.default_rng(o.seed)
+    x = canvas[None].copy()                                          # [B, L]: row 0 is the canvas
+    if o.cfg_scale:                                                  # row 1: nothing given, the unconditional input
+        x = np.stack([canvas, np.where(given, mask_id, canvas)])
+    cache, buf = model.canvas_state(len(x), L)
+    passes, commits, saved, t_run = 0, [], 0, time.perf_counter()
+
+    for b, block in enumerate(plan.blocks):
+        lo, hi = int(block[0]), int(block[-1]) + 1
+        counts = _uniform_counts(len(block), plan.steps_per_block)
+        for s in range(plan.steps_per_block):
+            t_step = time.perf_counter()
+            span = _span(o.cache, s, lo, hi, L)
+            logits = model.canvas_logits(x, cache, buf, *span)       # [B, span, V]
+            passes += 1
+            todo = block[x[0, block] == mask_id]                     # [m] masked positions of the block
+            tokens, conf, entropy = _predict(logits[:, todo - span[0]], o, rng, banned)
+            chosen = _choose(o, conf, entropy, _count(o, s, plan.steps_per_block, counts, len(todo)), rng)
+            pick = todo[chosen]
+            x[:, pick] = tokens[chosen]
+            commits.append(len(pick))
+            yield Step(len(commits) - 1, b, x[0].copy(), x[0] != mask_id, np.sort(pick), passes, span,
+                       time.perf_counter() - t_step)
+            if len(pick) == len(todo):
+                break
+        if o.eos == "stop" and _stop_at_eos(x, block, plan.blocks, stop_ids):
+            saved = (len(plan.blocks) - b - 1) * plan.steps_per_block
+            break
+
+    out = x[0, start:]
+    if o.eos == "stop":
+        hits = np.flatnonzero(np.isin(out, stop_ids))
+        out = out[:hits[0] + 1] if len(hits) else out
+    yield Denoised(out.tolist(), x[0].copy(), passes, saved, commits, time.perf_counter() - t_run)
+
+
+def _span(cache, s, lo, hi, L):
+    """Canvas positions a pass recomputes: all of them without a cache and at a block's first step
+    (that full pass refreshes every K/V slot); then the block and after it (prefix) or the block (dual)."""
+    if cache is None or s == 0:
+        return 0, L
+    return (lo, L) if cache == "prefix" else (lo, hi)
+
+
+def _uniform_counts(n, steps):
+    """n tokens over `steps` steps as evenly as possible, the remainder on the first steps (LLaDA)."""
+    return [n // steps + (s < n % steps) for s in range(steps)]
+
+
+def _count(o, s, steps, counts, masked):
+    """How many of the block's `masked` positions step s commits; None = the adaptive rule decides."""
+    if s == steps - 1:
+        return masked                                # a block's last step completes it
+    if o.adaptive:
+        return None
+    if o.schedule == "uniform":
+        return counts[s]
+    t = np.linspace(1, o.eps, steps + 1)             # Dream: from t to s = t[s+1], 1 - s/t of the masks
+    return int(masked * (1 - t[s + 1] / t[s]))
+
+
+def _stop_at_eos(x, block, blocks, stop_ids):
+    """eos="stop": if the finished block holds an EOS, every hole after the first one becomes that EOS."""
+    hits = block[np.isin(x[0, block], stop_ids)]
+    if not len(hits):
+        return False
+    later = blocks.ravel()[blocks.ravel() > hits[0]]
+    x[:, later] = x[0, hits[0]]
+    return True
+
+
+# -- choosing tokens and positions -------------------------------------------------------------
+
+def cfg_logits(cond, un, scale):
+    """Classifier-free guidance as in LLaDA: un + (scale + 1) * (cond - un)."""
+    return un + (scale + 1) * (cond - un)
+
+
+def _predict(logits, o, rng, banned):
+    """logits [B, m, V] of the m masked positions -> token [m], confidence [m], entropy [m] (float64)."""
+    B, m, V = logits.shape
+    tokens, conf, entropy = np.empty(m, np.int64), np.empty(m), np.empty(m)
+    for i in range(0, m, CHUNK):
+        rows = slice(i, i + CHUNK)
+        z = logits[0, rows].astype(np.float64)                       # [c, V]
+        if B == 2:
+            z = cfg_logits(z, logits[1, rows].astype(np.float64), o.cfg_scale)
+        z[:, banned] = -np.inf
+        tok = np.argmax(z, axis=-1) if o.temperature == 0 else _draw(z, o, rng)
+        z -= z.max(axis=-1, keepdims=True)                           # softmax at temperature 1, in place
+        p = np.exp(z)                                                # [c, V]
+        total = p.sum(axis=-1)                                       # [c]
+        p /= total[:, None]
+        z[:, banned] = 0.0                                           # p = 0 there: 0 * log 0 counts 0
+        h = np.log(total) - np.einsum("ij,ij->i", p, z)              # entropy = -sum p log p
+        tokens[rows], entropy[rows] = tok, h
+        conf[rows] = _confidence(o.remasking, p, tok, h, rng)
+    return tokens, conf, entropy
+
+
+def _confidence(remasking, p, tok, h, rng):
+    """Higher = commit sooner. p [c, V], tok [c], h [c] entropies."""
+    if remasking == "low_confidence":
+        return p[np.arange(len(tok)), tok]
+    if remasking == "margin":
+        top2 = np.partition(p, p.shape[-1] - 2, axis=-1)[:, -2:]     # [c, 2]: second, first
+        return top2[:, 1] - top2[:, 0]
+    if remasking == "entropy":
+        return -h
+    return rng.random(len(tok))
+
+
+def _draw(z, o, rng):
+    """One token per row from softmax(z / T) restricted by top-k/top-p: Gumbel-max with float64 noise
+    drawn for every row and token, so every position is sampled independently."""
+    z = _truncate(z, o.top_k, o.top_p)
+    return np.argmax(z / o.temperature + rng.gumbel(size=z.shape), axis=-1)
+
+
+def _truncate(z, top_k, top_p):
+    """z [c, V] with the tokens outside the top-k, then outside the top-p set (the smallest set, most
+    likely first, whose probability at temperature 1 reaches p), set to -inf."""
+    V = z.shape[-1]
+    if 0 < top_k < V:
+        kth = -np.partition(-z, top_k - 1, axis=-1)[:, top_k - 1:top_k]   # [c, 1] k-th largest
+        z = np.where(z >= kth, z, -np.inf)
+    if top_p < 1:
+        order = np.argsort(-z, axis=-1, kind="stable")                 # [c, V] most likely first
+        zs = np.take_along_axis(z, order, axis=-1)
+        p = np.exp(zs - zs[:, :1])
+        p /= p.sum(axis=-1, keepdims=True)
+        drop = np.zeros(z.shape, bool)
+        np.put_along_axis(drop, order, np.cumsum(p, axis=-1) - p >= top_p, axis=-1)
+        z = np.where(drop, -np.inf, z)
+    return z
+
+
+def _choose(o, conf, entropy, count, rng):
+    """Indices (into the m candidates) to commit: `count` of them, or as many as the adaptive rule takes."""
+    m = len(conf)
+    if count is not None:
+        # alg_temp: Gumbel top-k, i.e. draws from softmax(conf / alg_temp) without replacement
+        keys = conf / o.alg_temp + rng.gumbel(size=m) if o.alg_temp else conf
+        return np.argsort(-keys, kind="stable")[:count]                         # ties: leftmost first
+    if o.entropy_bound is not None:
+        order = np.argsort(entropy, kind="stable")
+        e = entropy[order]
+        ok = np.cumsum(e) - e <= o.entropy_bound        # sum of the k lowest minus the largest of them
+    else:
+        order = np.argsort(-conf, kind="stable")
+        c = conf[order]
+        ok = c >= (o.threshold if o.threshold is not None else 1 - o.factor / (np.arange(1, m + 1) + 1))
+    leading = m if ok.all() else int(np.argmin(ok))
+    return order[:max(1, leading)]                      # at least one: a block never stalls
+
+
+# -- the convenient forms ----------------------------------------------------------------------
+
+def denoise_result(model, ids, on_step=None, **opts):
+    """Runs denoise_steps to the end, calling on_step(step_index, canvas_ids, committed_mask); the Denoised."""
+    for item in denoise_steps(model, ids, **opts):
+        if isinstance(item, Denoised):
+            return item
+        if on_step is not None:
+            on_step(item.index, item.canvas, item.committed)
+
+
+def denoise_ids(model, ids, on_step=None, **opts):
+    """The generated ids: up to and including the first EOS with eos="stop", all gen_length otherwise."""
+    return denoise_result(model, ids, on_step, **opts).ids
+
+
+def denoise(model, prompt, on_step=None, **opts):
+    """The generated text, up to the first EOS."""
+    tok = _tokenizer(model)
+    ids = denoise_ids(model, model.encode_prompt(prompt), on_step, **opts)
+    stops = model.stop_ids
+    end = next((i for i, t in enumerate(ids) if t in stops), len(ids))
+    return tok.decode(ids[:end])
+
+
+def infill_ids(model, ids_with_masks, on_step=None, **opts):
+    """The canvas with every mask-id position filled; the other ids stay as they are.
+
+    eos defaults to "suppress" (a hole is filled with text); "stop" is an error."""
+    mask_id = mask_token_id(model)
+    ids = _ids_array(model, ids_with_masks)
+    opts.setdefault("eos", "suppress")
+    return denoise_result(model, ids, on_step, fixed=ids != mask_id, **opts).ids
+
+
+def infill(model, text, on_step=None, **opts):
+    """Fills the holes of `text`: [MASK] is one token, [MASK*N] is N tokens; returns the whole text.
+
+    The text between holes is tokenized piece by piece, exactly as written (spaces included) and
+    never changes. The tokenizer's mask token written literally in the text is a hole too."""
+    tok = _tokenizer(model)
+    ids, first, last = parse_holes(tok, text, mask_token_id(model), model.config.max_position_embeddings)
+    filled = infill_ids(model, ids, on_step, **opts)
+    return tok.decode(filled[first:last])
+
+
+def parse_holes(tokenizer, text, mask_id, n_ctx):
+    """Text with [MASK]/[MASK*N] holes -> (ids, where the text's ids start, where they end)."""
+    if not isinstance(text, str) or not text:
+        raise UsageError("the text to infill is empty")
+    bad = re.search(r"\[MASK\*(?!\d+\])[^\]]*\]?", text)
+    if bad:
+        raise UsageError(f"malformed hole {bad.group(0)!r} at character {bad.start()}: write [MASK] or [MASK*N]")
+    prefix, suffix = list(tokenizer.prefix_ids), list(tokenizer.suffix_ids)
+    ids, at = list(prefix), 0
+    for hole in HOLE.finditer(text):
+        n = 1 if hole.group(1) is None else int(hole.group(1))
+        if n == 0:
+            raise UsageError(f"empty hole {hole.group(0)} at character {hole.start()}: N must be >= 1")
+        if len(ids) + n > n_ctx:
+            raise UsageError(f"the holes and text exceed the context of {n_ctx} positions")
+        ids += tokenizer.encode(text[at:hole.start()], add_special_tokens=False) + [mask_id] * n
+        at = hole.end()
+    ids += tokenizer.encode(text[at:], add_special_tokens=False)
+    if mask_id not in ids:
+        raise UsageError("the text has no hole to fill: mark them with [MASK] or [MASK*N]")
+    return ids + suffix, len(prefix), len(ids)
+
+
+def _tokenizer(model):
+    if model.tokenizer is None:
+        raise UsageError("this model has no tokenizer: use denoise_ids/infill_ids with token ids")
+    return model.tokenizer
