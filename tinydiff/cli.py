@@ -19,7 +19,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_model_args(p):
-    p.add_argument("-m", "--model", required=True, help="model folder (config.json, *.safetensors, tokenizer.json)")
+    p.add_argument("-m", "--model", default=None,
+                   help="model folder (config.json, *.safetensors, tokenizer.json); default: the shipped model")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
 
 
@@ -118,8 +119,10 @@ def _or(value, default):
 
 
 def load_model(args):
-    from .model import load
-    return load(args.model, threads=args.threads)
+    from .model import default_model_path, load
+    path = args.model or default_model_path("diffusion" if getattr(args, "mode", None) == "diffusion"
+                                            or args.command == "infill" else "ar")
+    return load(path, threads=args.threads)
 
 
 def cmd_generate(args):

@@ -26,6 +26,20 @@ def set_threads(threads):
     kernels.set_threads(threads)
 
 
+# The models that ship in weights/ (installed as tinydiff/weights/), used when no model is named.
+DEFAULT_MODELS = {"ar": "stories5m-ar", "diffusion": "stories5m-mdm"}
+
+
+def default_model_path(mode="ar"):
+    """The shipped model for a mode: installed beside the package, or in a source checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in (os.path.join(here, "weights"), os.path.join(os.path.dirname(here), "weights")):
+        path = os.path.join(folder, DEFAULT_MODELS[mode])
+        if os.path.isfile(os.path.join(path, "config.json")):
+            return path
+    raise UsageError(f"no model given and the shipped {DEFAULT_MODELS[mode]} model is not installed: use -m DIR")
+
+
 def load(path, threads=None):
     """Loads a Hugging Face checkpoint folder: config.json, *.safetensors, tokenizer.json."""
     if threads is not None:
