@@ -1,0 +1,25 @@
+/* cpu.c: which SIMD path the kernels take. Detected once when the library loads. */
+#include "internal.h"
+
+int td_simd = TD_SIMD_C;
+static int td_simd_max = TD_SIMD_C; /* best level this CPU (and OS) supports */
+
+__attribute__((constructor)) static void td_detect_simd(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        td_simd_max = TD_SIMD_AVX2;
+    if (td_simd_max == TD_SIMD_AVX2 && __builtin_cpu_supports("avx512f"))
+        td_simd_max = TD_SIMD_AVX512;
+#endif
+    td_simd = td_simd_max;
+}
+
+int td_get_simd(void) { return td_simd; }
+
+int td_set_simd(int level)
+{
+    td_simd = level < TD_SIMD_C ? TD_SIMD_C : level > td_simd_max ? td_simd_max : level;
+    return td_simd;
+}

@@ -1,0 +1,72 @@
+/* internal.h: what the kernel files share and Python does not see: the thread pool's parallel-for,
+   the SIMD level, and portable vector types.
+
+   cpu.c picks the SIMD variant at load time, so one build runs on any x86-64. */
+#ifndef TD_INTERNAL_H
+#define TD_INTERNAL_H
+#include <stdint.h>
+#include <string.h>
+#include "tinydiff.h"
+
+#define TD_INLINE static inline __attribute__((always_inline))
+#if defined(__x86_64__)
+#define TD_AVX2 __attribute__((target("avx2,fma")))
+#define TD_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#endif
+
+enum { TD_SIMD_C = 0, TD_SIMD_AVX2 = 1, TD_SIMD_AVX512 = 2 };
+extern int td_simd; /* level in use, set by cpu.c */
+
+/* Run fn(ctx, begin, end) over [0, ntasks) split in contiguous ranges, one per thread. cost is the
+   rough number of float operations per task; small jobs run on the calling thread alone, since
+   waking a worker costs more than it saves. Returns when every range is done. */
+typedef void (*td_range_fn)(void *ctx, int64_t begin, int64_t end);
+void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost);
+
+/* GCC/clang vector extensions: one type per register width. Each hot kernel is written once in a
+   *_isa.h file against VEC (VL floats) and compiled once per instruction set by foreach_isa.h. */
+typedef float vf4 __attribute__((vector_size(16)));  /* an SSE or NEON register */
+typedef float vf8 __attribute__((vector_size(32)));  /* an AVX2 ymm register */
+typedef float vf16 __attribute__((vector_size(64))); /* an AVX-512 zmm register */
+
+/* memcpy makes unaligned loads and stores legal; compilers emit one vmovups / ldr */
+TD_INLINE vf4 load_vf4(const float *p) { vf4 v; memcpy(&v, p, sizeof v); return v; }
+TD_INLINE vf8 load_vf8(const float *p) { vf8 v; memcpy(&v, p, sizeof v); return v; }
+TD_INLINE vf16 load_vf16(const float *p) { vf16 v; memcpy(&v, p, sizeof v); return v; }
+TD_INLINE void store_vf4(float *p, vf4 v) { memcpy(p, &v, sizeof v); }
+TD_INLINE void store_vf8(float *p, vf8 v) { memcpy(p, &v, sizeof v); }
+TD_INLINE void store_vf16(float *p, vf16 v) { memcpy(p, &v, sizeof v); }
+
+/* horizontal sums by halving */
+TD_INLINE float sum_vf4(vf4 v) { return (v[0] + v[2]) + (v[1] + v[3]); }
+TD_INLINE float sum_vf8(vf8 v)
+{
+    vf4 lo, hi;
+    memcpy(&lo, &v, sizeof lo);
+    memcpy(&hi, (char *)&v + sizeof lo, sizeof hi);
+    return sum_vf4(lo + hi);
+}
+TD_INLINE float sum_vf16(vf16 v)
+{
+    vf8 lo, hi;
+    memcpy(&lo, &v, sizeof lo);
+    memcpy(&hi, (char *)&v + sizeof lo, sizeof hi);
+    return sum_vf8(lo + hi);
+}
+
+/* in *_isa.h files: the operations on VEC */
+#define TD_CAT2(a, b) a##b
+#define TD_CAT(a, b) TD_CAT2(a, b)
+#define vload TD_CAT(load_, VEC)
+#define vstore TD_CAT(store_, VEC)
+#define vsum TD_CAT(sum_, VEC)
+
+/* the address of a kernel (or table) from foreach_isa.h for the SIMD level in use */
+#if defined(__x86_64__)
+#define TD_PICK(name) \
+    (td_simd == TD_SIMD_AVX512 ? &name##_avx512 : td_simd == TD_SIMD_AVX2 ? &name##_avx2 : &name##_c)
+#else
+#define TD_PICK(name) (&name##_c)
+#endif
+
+#endif

@@ -1,0 +1,44 @@
+/* rope.c: rotary position embedding, rotate-half layout (HF Llama), in place.
+   For token i and pair f < hd/2: angle = (float)pos[i] * inv_freq[f], computed in f32 as HF does;
+   (x1, x2) = (x[f], x[f + hd/2]) becomes (x1 cos - x2 sin, x2 cos + x1 sin) in every head. */
+#include <math.h>
+#include <stdlib.h>
+#include "internal.h"
+
+struct rope {
+    float *x;              /* [n,heads,hd] */
+    const int64_t *pos;    /* [n] */
+    const float *inv_freq; /* [hd/2] */
+    int64_t heads, hd;
+};
+
+static void rope_rows(void *ctx, int64_t b, int64_t e)
+{
+    const struct rope *a = ctx;
+    int64_t half = a->hd / 2;
+    float *cs = malloc(sizeof(float) * (2 * half + 1)); /* [2][half] cos, sin of one token */
+    if (!cs)
+        abort();
+    for (int64_t i = b; i < e; i++) {
+        for (int64_t f = 0; f < half; f++) {
+            float angle = (float)a->pos[i] * a->inv_freq[f];
+            cs[f] = cosf(angle);
+            cs[half + f] = sinf(angle);
+        }
+        for (int64_t h = 0; h < a->heads; h++) {
+            float *x1 = a->x + (i * a->heads + h) * a->hd, *x2 = x1 + half;
+            for (int64_t f = 0; f < half; f++) {
+                float u = x1[f], w = x2[f];
+                x1[f] = u * cs[f] - w * cs[half + f];
+                x2[f] = w * cs[f] + u * cs[half + f];
+            }
+        }
+    }
+    free(cs);
+}
+
+void td_rope_f32(float *x, const int64_t *pos, const float *inv_freq, int64_t n, int64_t heads, int64_t hd)
+{
+    struct rope a = {x, pos, inv_freq, heads, hd};
+    td_parallel_for(rope_rows, &a, n, 6.0 * heads * hd + 40.0 * hd);
+}

@@ -1,0 +1,169 @@
+/* threads.c: a persistent pthread pool. Workers sleep on a condition variable between jobs (no
+   spinning while idle). A job is fn over [0, ntasks) cut into one contiguous range per thread;
+   the calling thread runs range 0 itself. The job mutex lets one job run at a time, so kernels
+   called from several Python threads at once (cffi drops the GIL) simply queue up. */
+#include <pthread.h>
+#include <stdlib.h>
+#include "internal.h"
+
+#define TD_MAX_THREADS 1024
+#define TD_MIN_COST_PER_THREAD 65536.0 /* float ops (some us of work) worth waking a worker (~2-4 us) */
+
+static struct {
+    pthread_mutex_t job;   /* held for a whole job or resize */
+    pthread_mutex_t lock;  /* guards every field below */
+    pthread_cond_t start;  /* workers wait here for generation to change */
+    pthread_cond_t finish; /* the caller waits here for busy == 0 */
+    pthread_t *workers;    /* [nworkers] running threads; part i+1 belongs to workers[i] */
+    int nworkers;
+    int nthreads;          /* wanted: workers + the caller */
+    unsigned generation;   /* bumped for each job, and to stop the workers */
+    unsigned spawned_at;   /* generation when the current workers were created */
+    int stop;
+    int busy;              /* workers still running their part of the job */
+    td_range_fn fn;        /* the job: fn(ctx, ...) over [0, ntasks) in nparts ranges */
+    void *ctx;
+    int64_t ntasks;
+    int nparts;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, NULL, 0, 1, 0, 0, 0, 0, NULL, NULL, 0, 0};
+
+static void run_part(td_range_fn fn, void *ctx, int64_t ntasks, int nparts, int part)
+{
+    int64_t begin = ntasks * part / nparts, end = ntasks * (part + 1) / nparts;
+    if (begin < end)
+        fn(ctx, begin, end);
+}
+
+static void *worker_main(void *arg)
+{
+    int part = (int)(intptr_t)arg;
+    pthread_mutex_lock(&pool.lock);
+    unsigned seen = pool.spawned_at;
+    for (;;) {
+        while (pool.generation == seen)
+            pthread_cond_wait(&pool.start, &pool.lock);
+        seen = pool.generation;
+        if (pool.stop)
+            break;
+        if (part >= pool.nparts)
+            continue;
+        td_range_fn fn = pool.fn;
+        void *ctx = pool.ctx;
+        int64_t ntasks = pool.ntasks;
+        int nparts = pool.nparts;
+        pthread_mutex_unlock(&pool.lock);
+        run_part(fn, ctx, ntasks, nparts, part);
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.busy == 0)
+            pthread_cond_signal(&pool.finish);
+    }
+    pthread_mutex_unlock(&pool.lock);
+    return NULL;
+}
+
+/* with pool.job held: join all workers */
+static void stop_workers(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    pool.stop = 1;
+    pool.generation++;
+    pthread_cond_broadcast(&pool.start);
+    pthread_mutex_unlock(&pool.lock);
+    for (int i = 0; i < pool.nworkers; i++)
+        pthread_join(pool.workers[i], NULL);
+    free(pool.workers);
+    pool.workers = NULL;
+    pool.nworkers = 0;
+    pool.stop = 0;
+}
+
+/* with pool.job held: have nthreads - 1 workers (fewer if the system refuses to make more) */
+static void ensure_workers(void)
+{
+    int want = pool.nthreads - 1;
+    if (pool.nworkers == want)
+        return;
+    stop_workers();
+    pool.workers = malloc(sizeof(pthread_t) * (want > 0 ? want : 1));
+    if (!pool.workers)
+        return;
+    pool.spawned_at = pool.generation;
+    while (pool.nworkers < want &&
+           pthread_create(&pool.workers[pool.nworkers], NULL, worker_main,
+                          (void *)(intptr_t)(pool.nworkers + 1)) == 0)
+        pool.nworkers++;
+}
+
+/* fork: hold the job mutex across it so no job is half-run; the child has no workers and
+   makes new ones on its next job */
+static void before_fork(void) { pthread_mutex_lock(&pool.job); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&pool.job); }
+static void after_fork_child(void)
+{
+    pthread_mutex_init(&pool.job, NULL);
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.start, NULL);
+    pthread_cond_init(&pool.finish, NULL);
+    free(pool.workers);
+    pool.workers = NULL;
+    pool.nworkers = 0;
+    pool.stop = 0;
+}
+
+__attribute__((constructor)) static void td_pool_init(void)
+{
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+int td_set_threads(int n)
+{
+    n = n < 1 ? 1 : n > TD_MAX_THREADS ? TD_MAX_THREADS : n;
+    pthread_mutex_lock(&pool.job);
+    pool.nthreads = n;
+    ensure_workers();
+    n = pool.nworkers + 1;
+    pthread_mutex_unlock(&pool.job);
+    return n;
+}
+
+int td_get_threads(void)
+{
+    pthread_mutex_lock(&pool.job);
+    int n = pool.nthreads;
+    pthread_mutex_unlock(&pool.job);
+    return n;
+}
+
+void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost)
+{
+    if (ntasks <= 0)
+        return;
+    pthread_mutex_lock(&pool.job);
+    ensure_workers();
+    double by_cost = cost * (double)ntasks / TD_MIN_COST_PER_THREAD;
+    int64_t nparts = pool.nworkers + 1;
+    if (nparts > ntasks)
+        nparts = ntasks;
+    if (nparts > by_cost)
+        nparts = by_cost < 1 ? 1 : (int64_t)by_cost;
+    if (nparts > 1) {
+        pthread_mutex_lock(&pool.lock);
+        pool.fn = fn;
+        pool.ctx = ctx;
+        pool.ntasks = ntasks;
+        pool.nparts = (int)nparts;
+        pool.busy = (int)nparts - 1;
+        pool.generation++;
+        pthread_cond_broadcast(&pool.start);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    run_part(fn, ctx, ntasks, (int)nparts, 0);
+    if (nparts > 1) {
+        pthread_mutex_lock(&pool.lock);
+        while (pool.busy > 0)
+            pthread_cond_wait(&pool.finish, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    pthread_mutex_unlock(&pool.job);
+}

@@ -1,0 +1,35 @@
+/* tinydiff.h: the C kernel API. build_ffi.py feeds this file (minus '#' lines) to cffi's cdef,
+   so it holds only plain declarations. All arrays are float32, C-contiguous (row-major).
+   Sizes are int64_t. Every kernel splits its work over the thread pool (threads.c). */
+#include <stdint.h>
+
+/* thread pool (threads.c) */
+int td_set_threads(int n);          /* n >= 1 threads including the caller; returns the count in use */
+int td_get_threads(void);
+
+/* SIMD path (cpu.c): 0 plain C, 1 AVX2+FMA, 2 AVX-512. Picked at load from the CPU. */
+int td_get_simd(void);
+int td_set_simd(int level);         /* clamps to what the CPU supports; returns the level in use */
+
+/* y[n,m] = x[n,k] @ w[m,k]^T   (w in HF layout: out_features x in_features) */
+void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m);
+
+/* y[n,d] = x * 1/sqrt(mean(x^2) + eps) * w[d], per row, accumulating in f32 */
+void td_rmsnorm_f32(const float *x, const float *w, float *y, int64_t n, int64_t d, float eps);
+
+/* y[n,d] = softmax of each row of x[n,d] */
+void td_softmax_f32(const float *x, float *y, int64_t n, int64_t d);
+
+/* x[n,heads,hd] rotated in place, rotate-half layout; angle = (float)pos[i] * inv_freq[hd/2] */
+void td_rope_f32(float *x, const int64_t *pos, const float *inv_freq, int64_t n, int64_t heads, int64_t hd);
+
+/* y[len] = silu(gate) * up */
+void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len);
+
+/* out[n,H,hd] = softmax(q k^T * scale + mask) v with q[n,H,hd], k,v[t,KVH,hd]; head h uses kv head
+   h / (H/KVH). causal: query i sees keys j <= q_pos0 + i. mask (may be NULL): uint8 [n,t], nonzero =
+   may attend; combined with causal when both are given. A query that may attend no key gets zeros.
+   Masked keys weigh exactly 0: their v rows must be finite, as in softmax(...) @ v. */
+void td_attention_f32(const float *q, const float *k, const float *v, float *out, const uint8_t *mask,
+                      int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd,
+                      int causal, int64_t q_pos0, float scale);

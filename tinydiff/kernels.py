@@ -1,0 +1,177 @@
+"""The C kernels (csrc/, built by cffi as tinydiff._kernels), wrapped for NumPy arrays.
+
+Inputs are read as float32 C-contiguous arrays: one that already is one is passed zero-copy
+(weights are never copied); anything else (float64, int, a strided slice) is copied explicitly
+first. `out` must already be right (float32, C-contiguous, writable, the result's shape) or
+ValueError is raised; results are never written to a copy. out may be the input itself for the
+elementwise/row kernels (rmsnorm, softmax, silu_mul), never for matmul or attention. rope works in
+place, so its x must be float32 C-contiguous. The C calls release the GIL; one kernel runs at a
+time (a mutex in the pool), so calls from several Python threads are safe.
+
+Threads: a persistent pool of physical_cores() threads, or TINYDIFF_THREADS if set at import.
+SIMD: AVX-512 or AVX2+FMA kernels when the CPU has them (simd() says which), else plain C.
+Signatures and meaning match tinydiff.reference, the plain NumPy version.
+"""
+import math
+import os
+
+import numpy as np
+
+from tinydiff._kernels import ffi, lib
+from tinydiff.errors import UsageError
+from tinydiff.reference import physical_cores
+
+__all__ = ["set_threads", "get_threads", "physical_cores", "simd",
+           "matmul", "rmsnorm", "softmax", "rope", "silu_mul", "attention"]
+
+SIMD_LEVELS = ("c", "avx2", "avx512")  # index = the C level (cpu.c)
+_F32 = np.dtype(np.float32)
+_ndarray = np.ndarray
+_buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 us
+_matmul, _rmsnorm, _softmax = lib.td_matmul_f32, lib.td_rmsnorm_f32, lib.td_softmax_f32
+_rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
+
+
+def set_threads(n):
+    """Use n >= 1 threads (the caller decides how many cores make sense)."""
+    if int(n) != n or n < 1:
+        raise UsageError(f"threads must be a whole number >= 1, got {n!r}")
+    lib.td_set_threads(int(n))
+
+
+def get_threads():
+    return lib.td_get_threads()
+
+
+def simd():
+    """The instruction set the kernels use on this CPU: 'avx512', 'avx2' or 'c'."""
+    return SIMD_LEVELS[lib.td_get_simd()]
+
+
+def _set_simd(name):
+    """For tests: force a lower SIMD path ('c', 'avx2', 'avx512'); returns the one in use."""
+    return SIMD_LEVELS[lib.td_set_simd(SIMD_LEVELS.index(name))]
+
+
+def _f32(a):
+    """a itself if it is a float32 C-contiguous ndarray, else a float32 C-contiguous copy."""
+    if a.__class__ is _ndarray and a.dtype is _F32 and a.flags.c_contiguous:
+        return a
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _out(out, shape, name, *inputs):
+    """A new result array, or the caller's out after checking it fits and overlaps no input."""
+    if out is None:
+        return np.empty(shape, _F32)
+    if not (isinstance(out, _ndarray) and out.dtype == _F32 and out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError(f"{name}: out must be a writable C-contiguous float32 array, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+    if out.shape != shape:
+        raise ValueError(f"{name}: out has shape {out.shape}, expected {shape}")
+    if any(np.may_share_memory(out, a) for a in inputs):
+        raise ValueError(f"{name}: out overlaps an input")
+    return out
+
+
+def _p(a):
+    return _buf("float[]", a)
+
+
+def matmul(x, w, out=None):
+    """out[..., m] = x[..., k] @ w[m, k].T (w in HF layout: out_features x in_features)."""
+    x, w = _f32(x), _f32(w)
+    if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"matmul: x {x.shape} and w {w.shape} do not fit; need x [n,k] or [k] and w [m,k]")
+    m, k = w.shape
+    out = _out(out, x.shape[:-1] + (m,), "matmul", x, w)
+    _matmul(_p(x), _p(w), _p(out), math.prod(x.shape[:-1]), k, m)
+    return out
+
+
+def rmsnorm(x, w, eps, out=None):
+    """out[n, d] = x / sqrt(mean(x^2) + eps) * w[d], per row (any leading dims)."""
+    x, w = _f32(x), _f32(w)
+    if x.ndim < 1 or w.shape != x.shape[-1:]:
+        raise ValueError(f"rmsnorm: x {x.shape} and w {w.shape} do not fit; need x [n,d] and w [d]")
+    out = _out(out, x.shape, "rmsnorm")
+    _rmsnorm(_p(x), _p(w), _p(out), math.prod(x.shape[:-1]), x.shape[-1], eps)
+    return out
+
+
+def softmax(x, out=None):
+    """Softmax over the last axis."""
+    x = _f32(x)
+    if x.ndim < 1:
+        raise ValueError("softmax: x must have at least one axis")
+    out = _out(out, x.shape, "softmax")
+    _softmax(_p(x), _p(out), math.prod(x.shape[:-1]), x.shape[-1])
+    return out
+
+
+def rope(x, pos, inv_freq):
+    """Rotate x [n, heads, hd] in place (rotate-half layout); pos int [n], inv_freq [hd/2]. Returns x."""
+    if not (isinstance(x, _ndarray) and x.dtype == _F32 and x.flags.c_contiguous and x.flags.writeable):
+        raise ValueError("rope: x must be a writable C-contiguous float32 array (it is rotated in place)")
+    pos, inv_freq = np.asarray(pos), _f32(inv_freq)
+    if x.ndim != 3 or x.shape[2] % 2 or inv_freq.shape != (x.shape[2] // 2,) or pos.shape != x.shape[:1]:
+        raise ValueError(f"rope: x {x.shape}, pos {pos.shape}, inv_freq {inv_freq.shape} do not fit; "
+                         "need x [n,heads,hd] with hd even, pos [n], inv_freq [hd/2]")
+    if pos.dtype.kind not in "iu":
+        raise ValueError(f"rope: pos must be integers, got {pos.dtype}")
+    pos = np.ascontiguousarray(pos, dtype=np.int64)
+    _rope(_p(x), _buf("int64_t[]", pos), _p(inv_freq), *x.shape)
+    return x
+
+
+def silu_mul(gate, up, out=None):
+    """out = silu(gate) * up, elementwise; gate and up of one shape."""
+    gate, up = _f32(gate), _f32(up)
+    if gate.shape != up.shape:
+        raise ValueError(f"silu_mul: gate {gate.shape} and up {up.shape} differ")
+    out = _out(out, gate.shape, "silu_mul")
+    _silu_mul(_p(gate), _p(up), _p(out), gate.size)
+    return out
+
+
+def attention(q, k, v, out=None, *, causal=True, q_pos0=0, mask=None, scale=None):
+    """out[n,H,hd] = softmax(q k^T * scale, over allowed keys) v; q [n,H,hd], k v [t,KVH,hd].
+
+    Head h uses kv head h // (H // KVH). causal: query i sits at position q_pos0 + i and sees keys
+    j <= q_pos0 + i. mask: bool [n,t], True = may attend; with causal=True both apply.
+    causal=False and no mask: every query sees every key. scale defaults to 1/sqrt(hd).
+    A query allowed no key at all gets zeros. Masked keys weigh exactly 0, so, as in a plain
+    softmax(...) @ v, their values must be finite (a KV cache from np.zeros is fine).
+    """
+    q, k, v = _f32(q), _f32(k), _f32(v)
+    if (q.ndim != 3 or k.ndim != 3 or v.shape != k.shape or q.shape[2] != k.shape[2]
+            or k.shape[1] == 0 or q.shape[1] % k.shape[1]):
+        raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit; need q [n,H,hd], "
+                         "k and v [t,KVH,hd] with H a multiple of KVH")
+    n, heads, hd = q.shape
+    t, kv_heads = k.shape[:2]
+    if q_pos0 < 0:
+        raise ValueError(f"attention: q_pos0 must be >= 0, got {q_pos0}")
+    mbuf = ffi.NULL
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape != (n, t):
+            raise ValueError(f"attention: mask has shape {mask.shape}, expected {(n, t)}")
+        mask = np.ascontiguousarray(mask if mask.dtype == np.bool_ else mask != 0).view(np.uint8)
+        mbuf = _buf("uint8_t[]", mask)
+    out = _out(out, q.shape, "attention", q, k, v)
+    scale = (1.0 / math.sqrt(hd) if hd else 1.0) if scale is None else float(scale)
+    _attention(_p(q), _p(k), _p(v), _p(out), mbuf, n, t, heads, kv_heads, hd, bool(causal), int(q_pos0), scale)
+    return out
+
+
+def _threads_at_import():
+    env = os.environ.get("TINYDIFF_THREADS")
+    if env is None:
+        return physical_cores()
+    if not env.strip().isdigit() or int(env) < 1:
+        raise UsageError(f"TINYDIFF_THREADS={env!r}: expected a whole number >= 1")
+    return int(env)
+
+
+set_threads(_threads_at_import())
