@@ -10,11 +10,11 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.9",
-    # weights/ ships inside the package as tinydiff/weights, so the default models are found after
+    # weights/ ships inside the package as tinydiff/models, so the default models are found after
     # `pip install .` from anywhere, not only inside the repository
-    packages=["tinydiff", "tinydiff.weights"],
-    package_dir={"tinydiff.weights": "weights"},
-    package_data={"tinydiff.weights": ["*/*.json", "*/*.safetensors", "*/*.md", "*/*.svg"]},
+    packages=["tinydiff", "tinydiff.models"],
+    package_dir={"tinydiff.models": "weights"},
+    package_data={"tinydiff.models": ["*/*.json", "*/*.safetensors", "*/*.md", "*/*.svg"]},
     install_requires=["numpy>=1.22", "cffi>=1.15"],
     setup_requires=["cffi>=1.15"],
     cffi_modules=["csrc/build_ffi.py:ffi"],

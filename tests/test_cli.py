@@ -95,6 +95,13 @@ def test_more_threads_than_cores():
     assert_one_line_error(status, err, 2, "threads", "cores")
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "999"])
+def test_bad_thread_count_in_the_environment(value, monkeypatch):
+    monkeypatch.setenv("TINYDIFF_THREADS", value)
+    status, _, err = run("generate", "-m", MODEL, "-p", "hi")
+    assert_one_line_error(status, err, 2, "TINYDIFF_THREADS", value)
+
+
 def test_unknown_command_and_flag():
     status, _, err = run("frobnicate")
     assert_one_line_error(status, err, 2, "frobnicate")

@@ -166,12 +166,10 @@ def attention(q, k, v, out=None, *, causal=True, q_pos0=0, mask=None, scale=None
 
 
 def _threads_at_import():
-    env = os.environ.get("TINYDIFF_THREADS")
-    if env is None:
-        return physical_cores()
-    if not env.strip().isdigit() or int(env) < 1:
-        raise UsageError(f"TINYDIFF_THREADS={env!r}: expected a whole number >= 1")
-    return int(env)
+    """TINYDIFF_THREADS if it is a whole number >= 1, else the physical cores (tinydiff.load reports
+    a bad value; importing never fails on it)."""
+    env = os.environ.get("TINYDIFF_THREADS", "").strip()
+    return int(env) if env.isdigit() and int(env) >= 1 else physical_cores()
 
 
 set_threads(_threads_at_import())

@@ -18,22 +18,22 @@ from .transformer import Buffers, KVCache, forward, rope_inv_freq
 from .weights import load_weights
 
 
-def set_threads(threads):
+def set_threads(threads, where="threads"):
     """Sets the kernels' thread count: 1 .. the machine's physical cores."""
     cores = kernels.physical_cores()
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
-        raise UsageError(f"threads must be between 1 and {cores} (this machine's cores), got {threads}")
+        raise UsageError(f"{where} must be between 1 and {cores} (this machine's cores), got {threads!r}")
     kernels.set_threads(threads)
 
 
-# The models that ship in weights/ (installed as tinydiff/weights/), used when no model is named.
+# The models that ship in weights/ (installed as tinydiff/models/), used when no model is named.
 DEFAULT_MODELS = {"ar": "stories5m-ar", "diffusion": "stories5m-mdm"}
 
 
 def default_model_path(mode="ar"):
     """The shipped model for a mode: installed beside the package, or in a source checkout."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (os.path.join(here, "weights"), os.path.join(os.path.dirname(here), "weights")):
+    for folder in (os.path.join(here, "models"), os.path.join(os.path.dirname(here), "weights")):
         path = os.path.join(folder, DEFAULT_MODELS[mode])
         if os.path.isfile(os.path.join(path, "config.json")):
             return path
@@ -41,9 +41,14 @@ def default_model_path(mode="ar"):
 
 
 def load(path, threads=None):
-    """Loads a Hugging Face checkpoint folder: config.json, *.safetensors, tokenizer.json."""
+    """Loads a Hugging Face checkpoint folder: config.json, *.safetensors, tokenizer.json.
+
+    threads: the kernels' thread count (default: TINYDIFF_THREADS, else the physical cores)."""
     if threads is not None:
         set_threads(threads)
+    elif os.environ.get("TINYDIFF_THREADS"):
+        env = os.environ["TINYDIFF_THREADS"].strip()
+        set_threads(int(env) if env.isdigit() else env, where="TINYDIFF_THREADS")
     if not os.path.isdir(path):
         raise ModelError(f"{path}: not a model folder (expected config.json, model.safetensors, tokenizer.json)")
     config = load_config(path)
