@@ -17,8 +17,11 @@ MODEL = os.path.join(HF, "llama-gqa")
 
 
 def run(*argv, stdin=b""):
-    """Runs `python -m tinydiff` in a subprocess: (exit status, stdout, stderr)."""
-    p = subprocess.run([sys.executable, "-m", "tinydiff", *argv], input=stdin, capture_output=True, timeout=120)
+    """Runs `python -m tinydiff` in a subprocess: (exit status, stdout, stderr).
+
+    It runs in tests/, so it imports the installed package, not the source folder beside it."""
+    p = subprocess.run([sys.executable, "-m", "tinydiff", *argv], input=stdin, capture_output=True, timeout=120,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
