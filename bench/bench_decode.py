@@ -29,7 +29,7 @@ def run(model, n_prompt, n_gen, seed):
     timings = tinydiff.generate.Timings()
     for _ in model.generate_tokens(ids, n_gen, temperature=0.0, timings=timings):
         pass
-    return timings.prompt_tokens / timings.prompt_s, (timings.gen_tokens - 1) / timings.gen_s
+    return timings.prompt_tokens / timings.prompt_s, timings.gen_tokens / timings.gen_s
 
 
 def main():

@@ -14,7 +14,10 @@ from .sampling import Sampler
 
 
 class Timings:
-    """What llama.cpp prints after a run: prompt and generation speed, time to first token."""
+    """What llama.cpp prints after a run: prompt and generation speed, time to first token.
+
+    Generation counts decode passes, as llama.cpp's "eval" does: n new tokens take n - 1 of them
+    (the first comes from the prompt's pass)."""
 
     def __init__(self):
         self.start = time.perf_counter()
@@ -27,7 +30,7 @@ class Timings:
             return f"{n:6d} tokens in {s * 1e3:9.2f} ms ({n / s if s else float('inf'):8.2f} tokens/s)"
         ttft = f"{self.first_token_s * 1e3:.2f} ms" if self.first_token_s is not None else "-"
         return (f"prompt eval: {rate(self.prompt_tokens, self.prompt_s)}\n"
-                f"generation:  {rate(self.gen_tokens, self.gen_s)}\n"
+                f"eval:        {rate(self.gen_tokens, self.gen_s)}\n"
                 f"time to first token: {ttft}")
 
 
@@ -60,17 +63,16 @@ def decode_tokens(model, ids, max_new_tokens, params, stop_ids, timings=None):
     logits = model.forward([ids], cache, buf, 0, last_only=True)      # [1, V] prefill, one pass
     timings.prompt_tokens, timings.prompt_s = len(ids), time.perf_counter() - t0
     for i in range(max_new_tokens):
-        t0 = time.perf_counter()
         token = sampler(logits[-1], history)
-        timings.gen_tokens += 1
         if timings.first_token_s is None:
             timings.first_token_s = time.perf_counter() - timings.start
         history.append(token)
         yield token
         if token in stop_ids or i == max_new_tokens - 1:
-            timings.gen_s += time.perf_counter() - t0
             return
+        t0 = time.perf_counter()
         logits = model.forward([[token]], cache, buf, len(history) - 1, last_only=True)  # [1, V] one decode pass
+        timings.gen_tokens += 1
         timings.gen_s += time.perf_counter() - t0
 
 
