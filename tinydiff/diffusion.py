@@ -66,6 +66,7 @@ from typing import Optional
 
 import numpy as np
 
+from . import cost, ledger
 from .errors import UsageError
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
@@ -376,6 +377,7 @@ def cfg_logits(cond, un, scale):
 def _predict(logits, o, rng, banned):
     """logits [B, m, V] of the m masked positions -> token [m], confidence [m], entropy [m] (float64)."""
     B, m, V = logits.shape
+    ledger.book_sampling(cost.sampling(B * m, V))
     tokens, conf, entropy = np.empty(m, np.int64), np.empty(m), np.empty(m)
     for i in range(0, m, CHUNK):
         rows = slice(i, i + CHUNK)

@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from tinydiff import cost, ledger
 from tinydiff._kernels import ffi, lib
 from tinydiff.errors import UsageError
 from tinydiff.reference import physical_cores
@@ -78,24 +79,31 @@ def _p(a):
     return _buf("float[]", a)
 
 
-def matmul(x, w, out=None):
-    """out[..., m] = x[..., k] @ w[m, k].T (w in HF layout: out_features x in_features)."""
+def matmul(x, w, out=None, op="matmul"):
+    """out[..., m] = x[..., k] @ w[m, k].T (w in HF layout: out_features x in_features).
+
+    op: the operation the cost is booked under when a Ledger is open (as in every kernel here)."""
     x, w = _f32(x), _f32(w)
     if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1]:
         raise ValueError(f"matmul: x {x.shape} and w {w.shape} do not fit; need x [n,k] or [k] and w [m,k]")
     m, k = w.shape
     out = _out(out, x.shape[:-1] + (m,), "matmul", x, w)
-    _matmul(_p(x), _p(w), _p(out), math.prod(x.shape[:-1]), k, m)
+    n = math.prod(x.shape[:-1])
+    _matmul(_p(x), _p(w), _p(out), n, k, m)
+    if ledger.active():
+        ledger.book(op, cost.matmul(n, k, m, w.itemsize))
     return out
 
 
-def rmsnorm(x, w, eps, out=None):
+def rmsnorm(x, w, eps, out=None, op="norm"):
     """out[n, d] = x / sqrt(mean(x^2) + eps) * w[d], per row (any leading dims)."""
     x, w = _f32(x), _f32(w)
     if x.ndim < 1 or w.shape != x.shape[-1:]:
         raise ValueError(f"rmsnorm: x {x.shape} and w {w.shape} do not fit; need x [n,d] and w [d]")
     out = _out(out, x.shape, "rmsnorm")
     _rmsnorm(_p(x), _p(w), _p(out), math.prod(x.shape[:-1]), x.shape[-1], eps)
+    if ledger.active():
+        ledger.book(op, cost.rmsnorm(math.prod(x.shape[:-1]), x.shape[-1]))
     return out
 
 
@@ -109,7 +117,7 @@ def softmax(x, out=None):
     return out
 
 
-def rope(x, pos, inv_freq):
+def rope(x, pos, inv_freq, op="rope"):
     """Rotate x [n, heads, hd] in place (rotate-half layout); pos int [n], inv_freq [hd/2]. Returns x."""
     if not (isinstance(x, _ndarray) and x.dtype == _F32 and x.flags.c_contiguous and x.flags.writeable):
         raise ValueError("rope: x must be a writable C-contiguous float32 array (it is rotated in place)")
@@ -121,20 +129,24 @@ def rope(x, pos, inv_freq):
         raise ValueError(f"rope: pos must be integers, got {pos.dtype}")
     pos = np.ascontiguousarray(pos, dtype=np.int64)
     _rope(_p(x), _buf("int64_t[]", pos), _p(inv_freq), *x.shape)
+    if ledger.active():
+        ledger.book(op, cost.rope(*x.shape))
     return x
 
 
-def silu_mul(gate, up, out=None):
+def silu_mul(gate, up, out=None, op="mlp"):
     """out = silu(gate) * up, elementwise; gate and up of one shape."""
     gate, up = _f32(gate), _f32(up)
     if gate.shape != up.shape:
         raise ValueError(f"silu_mul: gate {gate.shape} and up {up.shape} differ")
     out = _out(out, gate.shape, "silu_mul")
     _silu_mul(_p(gate), _p(up), _p(out), gate.size)
+    if ledger.active():
+        ledger.book(op, cost.silu_mul(gate.size))
     return out
 
 
-def attention(q, k, v, out=None, *, causal=True, q_pos0=0, mask=None, scale=None):
+def attention(q, k, v, out=None, *, causal=True, q_pos0=0, mask=None, scale=None, op="attention"):
     """out[n,H,hd] = softmax(q k^T * scale, over allowed keys) v; q [n,H,hd], k v [t,KVH,hd].
 
     Head h uses kv head h // (H // KVH). causal: query i sits at position q_pos0 + i and sees keys
@@ -162,7 +174,55 @@ def attention(q, k, v, out=None, *, causal=True, q_pos0=0, mask=None, scale=None
     out = _out(out, q.shape, "attention", q, k, v)
     scale = (1.0 / math.sqrt(hd) if hd else 1.0) if scale is None else float(scale)
     _attention(_p(q), _p(k), _p(v), _p(out), mbuf, n, t, heads, kv_heads, hd, bool(causal), int(q_pos0), scale)
+    if ledger.active():
+        ledger.book(op, cost.attention(n, heads, kv_heads, hd, t, _scores(n, t, causal, q_pos0, mask)))
     return out
+
+
+def _scores(n, t, causal, q_pos0, mask):
+    """(query, key) pairs the attention call computed, per head."""
+    if mask is not None:
+        allowed = mask.view(np.bool_)
+        if causal:
+            allowed = allowed & (np.arange(t)[None, :] <= q_pos0 + np.arange(n)[:, None])
+        return int(allowed.sum())
+    if causal:
+        return int(np.minimum(q_pos0 + np.arange(1, n + 1), t).sum())
+    return n * t
+
+
+# -- NumPy glue the forward pass also books: small next to the kernels, but real bytes ----------
+
+def add(x, y, op="residual"):
+    """x += y in place, x and y of one shape (a residual)."""
+    np.add(x, y, out=x)
+    if ledger.active():
+        ledger.book(op, cost.add(x.size))
+    return x
+
+
+def add_bias(x, b, op="matmul"):
+    """x[n, m] += b[m] in place (b is a weight, read once)."""
+    np.add(x, b, out=x)
+    if ledger.active():
+        ledger.book(op, cost.bias_add(x.size // b.size, b.size, b.itemsize))
+    return x
+
+
+def embedding(table, ids, out, op="embedding"):
+    """out[n, d] = table[ids]: only the rows asked for are read."""
+    np.take(table, ids, axis=0, out=out)
+    if ledger.active():
+        ledger.book(op, cost.embedding(*out.shape, table.itemsize))
+    return out
+
+
+def store(slot, rows, op="attention"):
+    """slot[...] = rows: new K or V rows copied into their cache slots."""
+    slot[...] = rows
+    if ledger.active():
+        ledger.book(op, cost.kv_store(rows.size))
+    return slot
 
 
 def _threads_at_import():

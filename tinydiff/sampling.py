@@ -9,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 
+from . import cost, ledger
 from .errors import UsageError
 
 
@@ -43,6 +44,7 @@ class Sampler:
 
     def __call__(self, logits, history):
         """logits [V] of the next position; history: token ids so far (prompt included)."""
+        ledger.book_sampling(cost.sampling(1, len(logits)))
         logits = self.penalize(logits, history)
         if self.p.temperature == 0:
             return int(np.argmax(logits))

@@ -10,6 +10,7 @@ H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_s
 import numpy as np
 
 from . import kernels as K
+from . import ledger
 
 
 def rope_inv_freq(cfg):
@@ -57,40 +58,44 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, 
     pos = np.tile(np.arange(start, start + n, dtype=np.int32), B)       # [Bn] positions, for RoPE
     x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
     att, proj, gate, up = buf.att[:B * n], buf.proj[:B * n], buf.gate[:B * n], buf.up[:B * n]
-    np.take(w.embed_tokens, ids.reshape(-1), axis=0, out=x)           # [Bn, d]
+    ledger.begin_pass(tokens=B * n)
+    K.embedding(w.embed_tokens, ids.reshape(-1), out=x)               # [Bn, d]
 
     for l, lw in enumerate(w.layers):
         # attention: x += o_proj(attention(rope(q), rope(k), v))
-        K.rmsnorm(x, lw.input_layernorm, eps, out=h)                  # [Bn, d]
-        K.matmul(h, lw.q_proj, out=q)                                 # [Bn, H*hd]
-        K.matmul(h, lw.k_proj, out=k)                                 # [Bn, KVH*hd]
-        K.matmul(h, lw.v_proj, out=v)                                 # [Bn, KVH*hd]
+        K.rmsnorm(x, lw.input_layernorm, eps, out=h, op="norm")       # [Bn, d]
+        K.matmul(h, lw.q_proj, out=q, op="matmul")                    # [Bn, H*hd]
+        K.matmul(h, lw.k_proj, out=k, op="matmul")                    # [Bn, KVH*hd]
+        K.matmul(h, lw.v_proj, out=v, op="matmul")                    # [Bn, KVH*hd]
         if lw.q_bias is not None:
-            q += lw.q_bias; k += lw.k_bias; v += lw.v_bias
-        K.rope(q.reshape(B * n, H, hd), pos, inv_freq)
-        K.rope(k.reshape(B * n, KVH, hd), pos, inv_freq)
-        cache.k[l, :, start:start + n] = k.reshape(B, n, -1)          # [B, n, KVH*hd] into the cache
-        cache.v[l, :, start:start + n] = v.reshape(B, n, -1)
+            K.add_bias(q, lw.q_bias, op="matmul")
+            K.add_bias(k, lw.k_bias, op="matmul")
+            K.add_bias(v, lw.v_bias, op="matmul")
+        K.rope(q.reshape(B * n, H, hd), pos, inv_freq, op="rope")
+        K.rope(k.reshape(B * n, KVH, hd), pos, inv_freq, op="rope")
+        K.store(cache.k[l, :, start:start + n], k.reshape(B, n, -1))  # [B, n, KVH*hd] into the cache
+        K.store(cache.v[l, :, start:start + n], v.reshape(B, n, -1))
         for b in range(B):
             rows = slice(b * n, (b + 1) * n)
             K.attention(q[rows].reshape(n, H, hd),
                         cache.k[l, b, :kv_len].reshape(kv_len, KVH, hd),  # [t, KVH, hd]
                         cache.v[l, b, :kv_len].reshape(kv_len, KVH, hd),
-                        out=att[rows].reshape(n, H, hd), causal=causal, q_pos0=start)  # [n, H, hd]
-        K.matmul(att, lw.o_proj, out=proj)                            # [Bn, d]
+                        out=att[rows].reshape(n, H, hd), causal=causal, q_pos0=start,
+                        op="attention")                               # [n, H, hd]
+        K.matmul(att, lw.o_proj, out=proj, op="matmul")               # [Bn, d]
         if lw.o_bias is not None:
-            proj += lw.o_bias
-        x += proj
+            K.add_bias(proj, lw.o_bias, op="matmul")
+        K.add(x, proj, op="residual")
 
         # MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x))
-        K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h)         # [Bn, d]
-        K.matmul(h, lw.gate_proj, out=gate)                           # [Bn, f]
-        K.matmul(h, lw.up_proj, out=up)                               # [Bn, f]
-        K.silu_mul(gate, up, out=gate)                                # [Bn, f]
-        K.matmul(gate, lw.down_proj, out=proj)                        # [Bn, d]
-        x += proj
+        K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h, op="norm")  # [Bn, d]
+        K.matmul(h, lw.gate_proj, out=gate, op="mlp")                 # [Bn, f]
+        K.matmul(h, lw.up_proj, out=up, op="mlp")                     # [Bn, f]
+        K.silu_mul(gate, up, out=gate, op="mlp")                      # [Bn, f]
+        K.matmul(gate, lw.down_proj, out=proj, op="mlp")              # [Bn, d]
+        K.add(x, proj, op="residual")
 
     if last_only:
         x = x.reshape(B, n, -1)[:, -1]                                # [B, d]
-    out = K.rmsnorm(x, w.norm, eps)                                   # [Bn or B, d]
-    return K.matmul(out, w.lm_head)                                   # [Bn or B, V]
+    out = K.rmsnorm(x, w.norm, eps, op="norm")                        # [Bn or B, d]
+    return K.matmul(out, w.lm_head, op="lm_head")                     # [Bn or B, V]

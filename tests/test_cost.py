@@ -1,0 +1,127 @@
+"""The ledger of real runs against the pencil-and-paper cost model (tinydiff.cost.forward)."""
+import dataclasses
+import os
+import threading
+
+import pytest
+
+import tinydiff
+from tinydiff import cost
+from tinydiff.ledger import Ledger
+
+HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
+
+
+@pytest.fixture(scope="module", params=["llama-gqa", "qwen2-bias", "llama-tied-headdim"])
+def model(request):
+    return tinydiff.load(os.path.join(HF, request.param))
+
+
+@pytest.fixture(scope="module")
+def diffusion_model():
+    m = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    return tinydiff.Model(dataclasses.replace(m.config, causal=False, mask_token_id=2), m.weights, m.tokenizer)
+
+
+def test_autoregressive_prefill_and_decode_passes_equal_the_cost_model(model):
+    ids = model.tokenizer.encode("Once upon a time, there was")
+    with Ledger() as led:
+        new = model.generate_ids(ids, 6, temperature=0)
+    assert len(led.passes) == len(new)                      # the prefill, then one pass per token but the last
+    assert led.passes[0] == cost.forward(model.config, len(ids), 0, causal=True)
+    for i, p in enumerate(led.passes[1:]):
+        assert p == cost.forward(model.config, 1, len(ids) + i, causal=True)
+
+
+def test_full_logits_pass_books_the_lm_head_on_every_row(model):
+    with Ledger() as led:
+        model.logits([5, 6, 7, 8])
+    assert led.passes == [cost.forward(model.config, 4, 0, causal=True, all_logits=True)]
+
+
+def test_full_canvas_diffusion_steps_equal_the_cost_model(diffusion_model):
+    m = diffusion_model
+    ids = m.tokenizer.encode("Once upon a time")
+    with Ledger() as led:
+        m.denoise_ids(ids, 8, steps=4, eos="keep")
+    L = len(ids) + 8
+    assert led.passes == [cost.forward(m.config, L, 0, causal=False)] * 4
+
+
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_each_cache_mode_equals_the_cost_model_and_does_less_after_a_blocks_first_step(diffusion_model, cache):
+    m = diffusion_model
+    ids = m.tokenizer.encode("Once upon a time")
+    P, gen, block, steps = len(ids), 12, 4, 6                 # 3 blocks, 2 steps each
+    L = P + gen
+    with Ledger() as led:
+        m.denoise_ids(ids, gen, steps=steps, block_length=block, cache=cache, eos="keep")
+    expected = []
+    for b in range(gen // block):
+        start = P + b * block
+        expected.append(cost.forward(m.config, L, 0, causal=False))                 # full: refreshes the cache
+        if cache == "prefix":
+            expected.append(cost.forward(m.config, L - start, start, causal=False))  # the block and after
+        else:
+            expected.append(cost.forward(m.config, block, start, causal=False, n_kv=L))  # the block alone
+    assert led.passes == expected
+    full = expected[0]["flops"]
+    assert all(p["flops"] < full for p in led.passes[1::2])
+
+
+def test_guidance_runs_both_rows_in_one_pass(diffusion_model):
+    m = diffusion_model
+    ids = m.tokenizer.encode("Once upon a time")
+    with Ledger() as led:
+        m.denoise_ids(ids, 4, steps=2, cfg_scale=1.0, eos="keep")
+    assert led.passes == [cost.forward(m.config, len(ids) + 4, 0, causal=False, batch=2)] * 2
+
+
+def test_decode_reads_every_weight_once_and_prefill_does_not_read_them_more():
+    m = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    weights = sum(a.nbytes for a in m._arrays()) - m.weights.embed_tokens.nbytes   # untied: rows gathered
+    one = cost.forward(m.config, 1, 10, causal=True)
+    many = cost.forward(m.config, 64, 0, causal=True)
+    d = m.config.hidden_size * 4
+    assert one["bytes"]["weights"] == weights + d
+    assert many["bytes"]["weights"] == weights + 64 * d
+    assert many["flops"] > 50 * one["flops"]
+
+
+def test_ledgers_nest_and_each_thread_counts_its_own():
+    m = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    with Ledger() as outer:
+        m.logits([1, 2, 3])
+        with Ledger() as inner:
+            m.logits([4, 5])
+    assert len(outer.passes) == 2 and len(inner.passes) == 1
+    assert outer.passes[1] == inner.passes[0]
+
+    seen = {}
+
+    def work(name, n):
+        with Ledger() as led:
+            for _ in range(n):
+                m.logits([1, 2, 3])
+        seen[name] = len(led.passes)
+
+    threads = [threading.Thread(target=work, args=(name, n)) for name, n in (("a", 3), ("b", 5))]
+    with Ledger() as main:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert seen == {"a": 3, "b": 5} and main.passes == []
+
+
+def test_total_sums_passes_and_sampling():
+    m = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    with Ledger() as led:
+        m.generate_ids([5, 6, 7], 3, temperature=0)
+    t = led.total()
+    V = m.config.vocab_size
+    assert led.sampling == {"flops": 3 * 5 * V, "bytes": {"weights": 0, "kv_read": 0, "kv_write": 0,
+                                                          "activations": 3 * V * 4}}
+    assert t["flops"] == sum(p["flops"] for p in led.passes) + led.sampling["flops"]
+    assert t["by_op"]["sampling"] == led.sampling
+    assert "lm_head" in led.table() and "3 forward passes" in led.table()

@@ -1,0 +1,140 @@
+"""What each operation costs in FLOPs and bytes, and what a whole forward pass costs.
+
+The per-operation functions are the conventions the kernels book with (kernels.py calls them on
+every call when a Ledger is open); `forward` adds them up for a pass from the config alone, so the
+two can be compared exactly. Each returns (flops, {byte kind: bytes}).
+
+Conventions: a multiply-add is 2 FLOPs. Activations are float32 (4 bytes); each kernel reads its
+inputs and writes its output once (what sits in cache between kernels is not subtracted: this is
+traffic as a kernel sees it, the honest upper bound). Weights are read once per pass, whatever the
+number of positions: that is the whole point. Softmax's exp/max, the sampler's sort and similar
+bookkeeping are not counted as FLOPs.
+"""
+F32 = 4
+
+
+def matmul(n, k, m, w_bytes=F32):
+    """x [n,k] @ W[m,k].T: n*m dot products of length k; W read once, x read, y written."""
+    return 2 * n * k * m, {"weights": k * m * w_bytes, "activations": F32 * (n * k + n * m)}
+
+
+def attention(n, heads, kv_heads, hd, t, scores):
+    """`scores` (query, key) pairs per head: q.k and p.v are hd multiply-adds each (4*hd FLOPs).
+
+    K and V of the t positions attended are read once per pass (kv_heads x hd each); q is read and
+    the output written."""
+    return 4 * hd * heads * scores, {"kv_read": 2 * t * kv_heads * hd * F32,
+                                     "activations": 2 * n * heads * hd * F32}
+
+
+def causal_scores(n, past):
+    """Query i (at position past + i) attends to past + i + 1 keys."""
+    return n * past + n * (n + 1) // 2
+
+
+def kv_store(size):
+    """Copying `size` new K (or V) values into the cache, from the projection's output."""
+    return 0, {"kv_write": size * F32, "activations": size * F32}
+
+
+def rmsnorm(n, d):
+    """x^2, sum, scale, times weight: 4 FLOPs an element; the weight vector read once."""
+    return 4 * n * d, {"weights": d * F32, "activations": 2 * n * d * F32}
+
+
+def rope(n, heads, hd):
+    """Each pair (x1, x2) -> (x1 c - x2 s, x2 c + x1 s): 6 FLOPs a pair, in place."""
+    return 3 * n * heads * hd, {"activations": 2 * n * heads * hd * F32}
+
+
+def silu_mul(size):
+    """silu(g) * u = g / (1 + exp(-g)) * u: counted as 5 FLOPs an element; two read, one written."""
+    return 5 * size, {"activations": 3 * size * F32}
+
+
+def add(size):
+    """A residual: y += b, two activations read, one written."""
+    return size, {"activations": 3 * size * F32}
+
+
+def bias_add(n, m, w_bytes=F32):
+    """y[n, m] += b[m]: the bias vector is a weight, read once."""
+    return n * m, {"weights": m * w_bytes, "activations": 2 * n * m * F32}
+
+
+def embedding(n, d, w_bytes=F32):
+    """Gathering n rows of the embedding matrix: only those rows are read."""
+    return 0, {"weights": n * d * w_bytes, "activations": n * d * F32}
+
+
+def sampling(rows, vocab):
+    """Choosing tokens from rows of logits: counted as 5 FLOPs a logit (scale, exp, sum, divide,
+    compare); the logits are read once."""
+    return 5 * rows * vocab, {"activations": rows * vocab * F32}
+
+
+def forward(config, n_new, n_past, causal, dtype_bytes=F32, n_kv=None, batch=1, all_logits=None):
+    """FLOPs and bytes of one forward pass, from the config alone, shaped like one Ledger pass.
+
+    n_new positions are computed (per sequence, `batch` sequences) after n_past cached ones.
+    Attention reads n_kv keys (default n_past + n_new; a diffusion step with a dual cache reads the
+    whole canvas while computing only a block). all_logits: LM head on every new position
+    (default: bidirectional passes do, causal passes only the last, as decoding needs).
+
+    Per layer, with n = batch * n_new rows, d = hidden, f = intermediate, H/KVH heads of hd:
+      matmuls   q, k, v, o: 2*n*d*(H*hd) + 2 * 2*n*d*(KVH*hd) + 2*n*(H*hd)*d FLOPs; weights
+                d*(H*hd + 2*KVH*hd) + (H*hd)*d elements, read once however large n is.
+      mlp       gate, up, down: 3 * 2*n*d*f FLOPs, 3*d*f weights; plus silu*up, 5*n*f.
+      attention 4*hd*H FLOPs per (query, key) pair: n*t pairs bidirectional, n*past + n(n+1)/2
+                causal; K and V of the t keys read: 2*t*KVH*hd*4 bytes (t = n_kv) -- the KV bytes
+                per position, 2*layers*KVH*hd*4, are what a long context costs a decode step.
+      kv write  2*n*KVH*hd*4 bytes into the cache.
+      norms     2 RMSNorms (4*n*d FLOPs each), rope on q and k (3*n*H*hd + 3*n*KVH*hd), 2
+                residual adds (n*d each), q/k/v biases if the model has them.
+    Then the final norm and the LM head on the rows that need logits (2*rows*d*V FLOPs, d*V
+    weights), and the embedding rows gathered (n*d weights). So a decode step is ~2*params FLOPs
+    against params*dtype_bytes bytes: about 0.5 FLOP per byte in f32, far below any CPU's balance.
+    """
+    c = config
+    d, f, V, hd = c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim
+    H, KVH, qd, kvd = c.num_attention_heads, c.num_key_value_heads, c.q_dim, c.kv_dim
+    n = batch * n_new
+    t = n_past + n_new if n_kv is None else n_kv
+    all_logits = (not causal) if all_logits is None else all_logits
+    scores = batch * (causal_scores(n_new, n_past) if causal else n_new * t)
+    wb = dtype_bytes
+
+    entry = {"tokens": n, "flops": 0, "bytes": dict.fromkeys(("weights", "kv_read", "kv_write", "activations"), 0),
+             "by_op": {}}
+
+    def book(op, cost, times=1):
+        flops, nbytes = cost
+        slot = entry["by_op"].setdefault(op, {"flops": 0, "bytes": dict.fromkeys(entry["bytes"], 0)})
+        for target in (entry, slot):
+            target["flops"] += times * flops
+            for kind, b in nbytes.items():
+                target["bytes"][kind] += times * b
+
+    L = c.num_hidden_layers
+    book("embedding", embedding(n, d, wb))
+    book("norm", rmsnorm(n, d), 2 * L)
+    book("matmul", matmul(n, d, qd, wb), L)
+    book("matmul", matmul(n, d, kvd, wb), 2 * L)
+    if c.qkv_bias:
+        book("matmul", bias_add(n, qd, wb), L)
+        book("matmul", bias_add(n, kvd, wb), 2 * L)
+    book("rope", rope(n, H, hd), L)
+    book("rope", rope(n, KVH, hd), L)
+    book("attention", kv_store(n * kvd), 2 * L)
+    book("attention", attention(n_new, H, KVH, hd, t, scores // batch), L * batch)
+    book("matmul", matmul(n, qd, d, wb), L)
+    if c.o_bias:
+        book("matmul", bias_add(n, d, wb), L)
+    book("residual", add(n * d), 2 * L)
+    book("mlp", matmul(n, d, f, wb), 2 * L)
+    book("mlp", silu_mul(n * f), L)
+    book("mlp", matmul(n, f, d, wb), L)
+    rows = n if all_logits else batch
+    book("norm", rmsnorm(rows, d))
+    book("lm_head", matmul(rows, d, V, wb))
+    return entry

@@ -1,0 +1,109 @@
+"""The cost ledger: FLOPs and bytes, booked by each kernel call where it is made.
+
+    with tinydiff.Ledger() as led:
+        model.generate("Once upon a time", 16)
+    print(led.table())
+
+Every forward pass opens an entry in `led.passes`:
+
+    {"tokens": positions processed,
+     "flops": int,
+     "bytes": {"weights": .., "kv_read": .., "kv_write": .., "activations": ..},
+     "by_op": {"matmul": {"flops": .., "bytes": {...}}, "attention": ..., "norm": ..., "rope": ...,
+               "mlp": ..., "lm_head": ..., "embedding": ..., "residual": ...}}
+
+The kernel wrappers (kernels.py) book into the open pass; the sampler books its work under
+"sampling" in `led.sampling`, outside the passes (a pass is the model's forward alone, so it can be
+compared with cost.forward). `led.total()` sums the passes and the sampling in the same shape.
+
+A ledger sees only the thread that opened it: two threads generating at once each count their own.
+Ledgers nest: an inner ledger's costs are also booked in every ledger around it. With no ledger
+open, booking is one attribute lookup.
+"""
+import threading
+
+BYTE_KINDS = ("weights", "kv_read", "kv_write", "activations")
+_local = threading.local()
+
+
+def _open():
+    return getattr(_local, "stack", None)
+
+
+def _empty():
+    return {"flops": 0, "bytes": dict.fromkeys(BYTE_KINDS, 0)}
+
+
+def _add(into, flops, nbytes):
+    into["flops"] += flops
+    for kind, n in nbytes.items():
+        into["bytes"][kind] += n
+
+
+def begin_pass(tokens):
+    """Opens a new pass entry in every open ledger (transformer.forward calls this first)."""
+    for led in _open() or ():
+        led.passes.append({"tokens": tokens, **_empty(), "by_op": {}})
+
+
+def book(op, cost):
+    """Books one operation's cost, (flops, {byte kind: bytes}) as tinydiff.cost gives it, in the
+    current pass of every open ledger."""
+    flops, nbytes = cost
+    for led in _open() or ():
+        if not led.passes:
+            led.passes.append({"tokens": 0, **_empty(), "by_op": {}})
+        entry = led.passes[-1]
+        _add(entry, flops, nbytes)
+        _add(entry["by_op"].setdefault(op, _empty()), flops, nbytes)
+
+
+def book_sampling(cost):
+    """Books the sampler's work, (flops, {byte kind: bytes}): it reads logits, it runs no model."""
+    flops, nbytes = cost
+    for led in _open() or ():
+        _add(led.sampling, flops, nbytes)
+
+
+def active():
+    return bool(_open())
+
+
+class Ledger:
+    def __init__(self):
+        self.passes = []
+        self.sampling = _empty()
+
+    def __enter__(self):
+        if _open() is None:
+            _local.stack = []
+        _local.stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _local.stack.remove(self)
+
+    def total(self):
+        """All passes and the sampling summed, in the shape of one pass (tokens: positions processed)."""
+        total = {"tokens": sum(p["tokens"] for p in self.passes), **_empty(), "by_op": {}}
+        for p in self.passes:
+            _add(total, p["flops"], p["bytes"])
+            for op, cost in p["by_op"].items():
+                _add(total["by_op"].setdefault(op, _empty()), cost["flops"], cost["bytes"])
+        if self.sampling["flops"] or any(self.sampling["bytes"].values()):
+            _add(total, self.sampling["flops"], self.sampling["bytes"])
+            total["by_op"]["sampling"] = {"flops": self.sampling["flops"], "bytes": dict(self.sampling["bytes"])}
+        return total
+
+    def table(self):
+        """The totals per operation: FLOPs, bytes by kind, arithmetic intensity."""
+        t = self.total()
+        head = f"{'op':11s} {'GFLOP':>9s} " + " ".join(f"{k + ' MB':>14s}" for k in BYTE_KINDS) + f" {'FLOP/B':>8s}"
+        rows = [head, "-" * len(head)]
+        for op, cost in sorted(t["by_op"].items(), key=lambda kv: -kv[1]["flops"]) + [("total", t)]:
+            nbytes = sum(cost["bytes"].values())
+            rows.append(f"{op:11s} {cost['flops'] / 1e9:9.4f} "
+                        + " ".join(f"{cost['bytes'][k] / 1e6:14.3f}" for k in BYTE_KINDS)
+                        + f" {cost['flops'] / nbytes if nbytes else 0:8.2f}")
+        rows.append(f"{len(self.passes)} forward passes, {t['tokens']} positions processed")
+        return "\n".join(rows)
