@@ -87,6 +87,38 @@ def build_parser():
     _add_diffusion_args(f)
     f.set_defaults(run=cmd_infill)
 
+    b = sub.add_parser("bench", help="llama-bench style speed tests (pp, tg, and dd for diffusion)")
+    b.add_argument("-m", "--model", action="append", default=None, help="model folder (repeatable)")
+    b.add_argument("--shape", action="append", default=None,
+                   help="a real model shape with random weights (default without -m: all of them)")
+    b.add_argument("-p", "--n-prompt", type=int, action="append", default=None, help="pp test sizes (default 512)")
+    b.add_argument("-n", "--n-gen", type=int, action="append", default=None, help="tg test sizes (default 128)")
+    b.add_argument("-d", "--diffusion", action="append", default=None,
+                   help="dd tests as LxS: canvas L for S steps (default 256x4)")
+    b.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions of each test (default 3)")
+    b.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    b.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    b.add_argument("--no-roofline", action="store_true", help="skip the roofline measurement (no %% column)")
+    b.set_defaults(run=cmd_bench)
+
+    c = sub.add_parser("cost", help="AR decoding and masked diffusion side by side: bytes, FLOPs, time")
+    c.add_argument("-m", "--model", action="append", default=None,
+                   help="model folder; give an AR and a diffusion model (default: the two shipped models)")
+    c.add_argument("-p", "--prompt", default="Once upon a time", help="the prompt (default 'Once upon a time')")
+    c.add_argument("-n", "--n-predict", type=int, default=64, help="tokens to generate (default 64)")
+    c.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    c.add_argument("--steps", type=int, default=None, help="diffusion steps")
+    c.add_argument("--block", type=int, default=None, help="diffusion block length")
+    c.add_argument("--threshold", type=float, default=None, help="Fast-dLLM confidence threshold")
+    c.add_argument("--cache", default="none", choices=["none", "prefix", "dual"], help="diffusion KV cache")
+    c.add_argument("--plot", default=None, help="draw the runs on the roofline into FILE.svg (or .png)")
+    c.set_defaults(run=cmd_cost)
+
+    r = sub.add_parser("roofline", help="measure this machine: memory and cache bandwidth, peak FLOP/s")
+    r.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    r.add_argument("--remeasure", action="store_true", help="measure again instead of reading the cache")
+    r.set_defaults(run=cmd_roofline)
+
     i = sub.add_parser("info", help="architecture, parameter count and weight bytes per dtype")
     _add_model_args(i)
     i.set_defaults(run=cmd_info)
@@ -181,6 +213,86 @@ def run_diffusion(args, model, prompt, infill=False):
 def cmd_infill(args):
     model = load_model(args)
     run_diffusion(args, model, args.prompt, infill=True)
+
+
+def cmd_bench(args):
+    from .bench import HEADER, as_json, bench
+    from .model import load, set_threads
+    from .shapes import SHAPES, random_model
+    if args.threads is not None:
+        set_threads(args.threads)
+    if args.repetitions < 1:
+        raise UsageError(f"bench: repetitions must be >= 1, got {args.repetitions}")
+    tests = ([f"pp{n}" for n in args.n_prompt or [512]] + [f"tg{n}" for n in args.n_gen or [128]]
+             + [f"dd{d}" for d in args.diffusion or ["256x4"]])
+    unknown = [s for s in args.shape or [] if s not in SHAPES]
+    if unknown:
+        raise UsageError(f"bench: unknown shape '{unknown[0]}' (known: {', '.join(SHAPES)})")
+    roofline = None if args.no_roofline else _roofline(args.threads)
+    models = [(path, lambda p=path: load(p)) for path in args.model or []]
+    models += [(name, lambda n=name: random_model(n)) for name in args.shape or ([] if args.model else SHAPES)]
+    results = []
+    if not args.json:
+        print(HEADER)
+    for name, make in models:
+        for r in bench(make(), name, tests, args.repetitions, roofline):
+            results.append(r)
+            if not args.json:
+                print(r.row(), flush=True)
+    if args.json:
+        print(as_json(results))
+
+
+def cmd_cost(args):
+    import dataclasses
+    from . import cost_table
+    from .model import default_model_path, load, set_threads
+    if args.threads is not None:
+        set_threads(args.threads)
+    if args.n_predict < 1:
+        raise UsageError(f"cost: the number of tokens to generate must be >= 1, got {args.n_predict}")
+    paths = args.model or [default_model_path("ar"), default_model_path("diffusion")]
+    models = [load(p) for p in paths]
+    ar = next((m for m in models if m.config.causal), None)
+    dm = next((m for m in models if m.config.mask_token_id is not None), None)
+    if ar is None and dm is None:
+        raise UsageError("cost: give a causal model, a masked-diffusion model, or both with -m")
+    if dm is None:      # costs depend on the shape alone; what a step commits needs a trained model
+        print("note: no masked-diffusion model given: diffusion runs use the AR weights read "
+              "bidirectionally, so their costs are real but their commits per pass are not", file=sys.stderr)
+        dm = type(ar)(dataclasses.replace(ar.config, causal=False, mask_token_id=ar.config.vocab_size - 1),
+                      ar.weights, ar.tokenizer)
+    roofline = _roofline(args.threads)
+    runs = []
+    if ar is not None:
+        ids = ar.encode_prompt(args.prompt)
+        runs.append(cost_table.measure("autoregressive, greedy", roofline,
+                                       lambda: ar.generate_ids(ids, args.n_predict, temperature=0)))
+    ids = dm.encode_prompt(args.prompt)
+    for setting in cost_table.diffusion_settings(args.n_predict, args):
+        runs.append(cost_table.measure(cost_table.describe(setting), roofline,
+                                       lambda s=setting: dm.denoise_ids(ids, args.n_predict, eos="keep", **s)))
+    print(cost_table.table(runs, roofline))
+    if args.plot:
+        from .plot import roofline_svg
+        points = [(r.label, r.flops / len(r.passes), r.bytes / len(r.passes), r.seconds / len(r.passes))
+                  for r in runs]
+        points += cost_table.canvas_points(dm, [64, 256, 1024])
+        roofline_svg(roofline, points, args.plot)
+        print(f"roofline plot: {args.plot}")
+
+
+def _roofline(threads, remeasure=False):
+    from .roofline import load_or_measure
+    return load_or_measure(threads, remeasure=remeasure)
+
+
+def cmd_roofline(args):
+    from .model import set_threads
+    from .roofline import report
+    if args.threads is not None:
+        set_threads(args.threads)
+    print(report(_roofline(args.threads, args.remeasure)))
 
 
 def cmd_info(args):

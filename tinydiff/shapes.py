@@ -11,8 +11,21 @@ SHAPES = {
                          num_key_value_heads=3, intermediate_size=1536, vocab_size=49152,
                          max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=100000.0,
                          tie_word_embeddings=True),
+    # GSAI-ML/LLaDA-8B's shape scaled down 4x in width and depth to fit a laptop (vocabulary kept)
+    "LLaDA-8B/4": dict(model_type="llama", hidden_size=1024, num_hidden_layers=8, num_attention_heads=8,
+                       num_key_value_heads=8, intermediate_size=3072, vocab_size=126464,
+                       max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=500000.0,
+                       tie_word_embeddings=False, is_causal=False, mask_token_id=126336),
 }
 
 
 def shape_config(name):
     return config_from_dict(SHAPES[name], where=f"shape {name}")
+
+
+def random_model(name, seed=0):
+    """A Model of a real shape with random weights and no tokenizer (token ids only)."""
+    from .model import Model
+    from .weights import random_weights
+    cfg = shape_config(name)
+    return Model(cfg, random_weights(cfg, seed), tokenizer=None)

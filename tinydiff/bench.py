@@ -1,0 +1,119 @@
+"""`tinydiff bench`: llama-bench's tests, plus one for masked diffusion.
+
+    pp N     prompt processing: one causal pass over N positions
+    tg N     text generation: N decode passes, one token each, after a one-token prompt
+    dd LxS   diffusion: S bidirectional passes over a canvas of L positions (S steps make L tokens)
+
+Each test runs `repetitions` times inside a Ledger, so its FLOPs and bytes come from the same code
+that ran; the table shows tokens/s (mean ± sd), the GB/s and GFLOP/s achieved, and the share of
+the roofline time (tinydiff roofline) the run reached: 100% would be as fast as this machine's
+memory bandwidth or peak FLOP/s allows, whichever binds. Without -m, models of real shapes are
+built in memory with random weights (speed does not depend on the values).
+"""
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import UsageError
+from .ledger import Ledger
+
+
+@dataclass
+class Result:
+    model: str
+    params: int
+    threads: int
+    test: str             # "pp512", "tg128", "dd256x8"
+    tokens: int           # tokens produced (tg, dd) or processed (pp) per repetition
+    seconds: list         # wall time of each repetition
+    flops: int            # per repetition, from the ledger
+    bytes: int            # per repetition, from the ledger
+    roofline_seconds: float = 0.0
+
+    @property
+    def tokens_per_s(self):
+        return [self.tokens / s for s in self.seconds]
+
+    def row(self):
+        rate, t = self.tokens_per_s, statistics.mean(self.seconds)
+        sd = statistics.stdev(rate) if len(rate) > 1 else 0.0
+        share = f"{100 * self.roofline_seconds / t:6.1f}%" if self.roofline_seconds else "     -"
+        return (f"| {self.model:14s} | {self.params / 1e6:8.1f}M | {self.threads:7d} | {self.test:>9s} | "
+                f"{statistics.mean(rate):10.2f} ± {sd:7.2f} | {self.bytes / t / 1e9:7.2f} | "
+                f"{self.flops / t / 1e9:8.2f} | {share} |")
+
+
+HEADER = ("| model          |   params | threads |      test |              t/s |    GB/s |  GFLOP/s | "
+          "roofline |\n|----------------|----------|---------|-----------|------------------|---------|----------|"
+          "----------|")
+
+
+def parse_test(spec):
+    """'pp512' / 'tg128' / 'dd256x8' -> (kind, n, steps)."""
+    kind, rest = spec[:2], spec[2:]
+    try:
+        if kind in ("pp", "tg") and int(rest) > 0:
+            return kind, int(rest), 1
+        if kind == "dd":
+            L, S = (int(v) for v in rest.lower().split("x"))
+            if L > 0 and S > 0:
+                return kind, L, S
+    except ValueError:
+        pass
+    raise UsageError(f"bench: test '{spec}' should look like pp512, tg128 or dd256x8")
+
+
+def run_test(model, kind, n, steps, rng):
+    """One repetition: (seconds, tokens) with the passes booked in the open ledger."""
+    cfg = model.config
+    if n + (kind == "tg") > cfg.max_position_embeddings:
+        raise UsageError(f"bench: {kind}{n} exceeds the model's context of {cfg.max_position_embeddings}")
+    ids = rng.integers(0, cfg.vocab_size, size=(1, n + 1))
+    if kind == "pp":
+        cache, buf = model.canvas_state(1, n)
+        t0 = time.perf_counter()
+        model.forward(ids[:, :n], cache, buf, 0, last_only=True)
+        return time.perf_counter() - t0, n
+    if kind == "tg":
+        cache, buf = model.canvas_state(1, n + 1)
+        model.forward(ids[:, :1], cache, buf, 0, last_only=True)      # the one-token prompt, not timed
+        t0 = time.perf_counter()
+        for i in range(1, n + 1):
+            model.forward(ids[:, i:i + 1], cache, buf, i, last_only=True)
+        return time.perf_counter() - t0, n
+    cache, buf = model.canvas_state(1, n)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        model.forward(ids[:, :n], cache, buf, 0, causal=False)
+    return time.perf_counter() - t0, n
+
+
+def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
+    from . import kernels
+    from .roofline import predict_seconds
+    rng = np.random.default_rng(seed)
+    results = []
+    for spec in tests:
+        kind, n, steps = parse_test(spec)
+        with Ledger():
+            run_test(model, kind, min(n, 8), 1, rng)                   # warm up: page weights in
+        seconds, ledgers = [], []
+        for _ in range(repetitions):
+            with Ledger() as led:
+                s, tokens = run_test(model, kind, n, steps, rng)
+            seconds.append(s)
+            ledgers.append(led.total())
+        t = ledgers[0]
+        nbytes = sum(t["bytes"].values())
+        r = Result(name, model.parameter_count(), kernels.get_threads(), spec, tokens, seconds, t["flops"], nbytes)
+        if roofline is not None:
+            r.roofline_seconds = predict_seconds(t["flops"], nbytes, roofline)
+        results.append(r)
+    return results
+
+
+def as_json(results):
+    return json.dumps([{**asdict(r), "tokens_per_s": r.tokens_per_s} for r in results], indent=1)

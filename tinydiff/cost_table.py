@@ -1,0 +1,99 @@
+"""`tinydiff cost`: autoregressive decoding and masked diffusion side by side, measured.
+
+For each run (AR decoding, then each diffusion setting) on the same prompt: forward passes, tokens
+committed per pass, FLOPs and bytes per pass and per generated token (from the Ledger of the run
+itself), arithmetic intensity against the machine's balance, the time the roofline predicts
+(each pass at max(FLOPs / peak, bytes / bandwidth)), the time measured, and their ratio.
+"""
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ledger import Ledger
+from .roofline import predict_seconds
+
+
+@dataclass
+class Run:
+    label: str
+    tokens: int           # tokens generated
+    passes: list          # the Ledger's pass entries
+    sampling_flops: int
+    seconds: float        # measured, wall time of the whole generation
+    predicted: float      # roofline time of the passes
+
+    @property
+    def flops(self):
+        return sum(p["flops"] for p in self.passes)
+
+    @property
+    def bytes(self):
+        return sum(sum(p["bytes"].values()) for p in self.passes)
+
+
+def measure(label, roofline, generate):
+    """Runs generate() (which returns the generated ids) in a Ledger and times it."""
+    with Ledger() as led:
+        t0 = time.perf_counter()
+        ids = generate()
+        seconds = time.perf_counter() - t0
+    predicted = sum(predict_seconds(p["flops"], sum(p["bytes"].values()), roofline) for p in led.passes)
+    return Run(label, len(ids), led.passes, led.sampling["flops"], seconds, predicted)
+
+
+def diffusion_settings(n, args):
+    """The user's one setting, or a spread from one-token-per-step to cached threshold decoding."""
+    if any(v is not None for v in (args.steps, args.block, args.threshold)) or args.cache != "none":
+        return [dict(steps=args.steps, block_length=args.block, threshold=args.threshold,
+                     cache=None if args.cache == "none" else args.cache)]
+    block = 32 if n % 32 == 0 and n > 32 else None
+    quarter = max(1, n // 4) if block is None or (n // 4) % (n // block) == 0 else n // block
+    settings = [dict(steps=n), dict(steps=quarter)]
+    if block:
+        settings += [dict(steps=quarter, block_length=block, cache="dual"),
+                     dict(steps=n, block_length=block, cache="dual", threshold=0.9)]
+    return settings
+
+
+def describe(setting):
+    parts = [f"{k.replace('_length', '')}={v}" for k, v in setting.items() if v is not None]
+    return "diffusion " + " ".join(parts)
+
+
+def table(runs, roofline):
+    """The side-by-side table, one row per run."""
+    head = (f"{'run':44s} {'passes':>6s} {'tok/pass':>8s} {'GFLOP/pass':>10s} {'MB/pass':>8s} {'MB/token':>8s} "
+            f"{'FLOP/B':>7s} {'bound':>7s} {'predicted':>10s} {'measured':>10s} {'meas/pred':>9s}")
+    rows = [head, "-" * len(head)]
+    for r in runs:
+        n = len(r.passes)
+        intensity = r.flops / r.bytes
+        bound = "compute" if intensity > roofline.balance else "memory"
+        rows.append(f"{r.label:44s} {n:6d} {r.tokens / n:8.2f} {r.flops / n / 1e9:10.4f} "
+                    f"{r.bytes / n / 1e6:8.2f} {r.bytes / r.tokens / 1e6:8.2f} {intensity:7.1f} {bound:>7s} "
+                    f"{r.predicted * 1e3:8.1f}ms {r.seconds * 1e3:8.1f}ms {r.seconds / r.predicted:9.2f}")
+    rows.append(f"machine: {roofline.mem_gbs:.1f} GB/s memory, {roofline.peak_gflops:.0f} GFLOP/s peak f32, "
+                f"balance {roofline.balance:.1f} FLOP/byte ({roofline.threads} threads)")
+    return "\n".join(rows)
+
+
+def canvas_points(model, sizes, repetitions=3):
+    """(label, flops, bytes, seconds) of one full bidirectional pass per canvas size, for the plot."""
+    rng = np.random.default_rng(0)
+    points = []
+    for L in sizes:
+        if L > model.config.max_position_embeddings:
+            continue
+        canvas = rng.integers(0, model.config.vocab_size, size=(1, L))
+        cache, buf = model.canvas_state(1, L)
+        model.forward(canvas, cache, buf, 0, causal=False)               # warm up
+        best = float("inf")
+        for _ in range(repetitions):
+            with Ledger() as led:
+                t0 = time.perf_counter()
+                model.forward(canvas, cache, buf, 0, causal=False)
+                best = min(best, time.perf_counter() - t0)
+        p = led.passes[0]
+        points.append((f"diffusion step, canvas {L}", p["flops"], sum(p["bytes"].values()), best))
+    return points
