@@ -33,3 +33,8 @@ void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len);
 void td_attention_f32(const float *q, const float *k, const float *v, float *out, const uint8_t *mask,
                       int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd,
                       int causal, int64_t q_pos0, float scale);
+
+/* roofline (roofline.c): the sum mod 2^32 of x[len] (any 4-byte words), each thread reading its own
+   contiguous slice reps times (a slice that fits a cache is read from it after the first pass).
+   Only for measuring read bandwidth: tinydiff/roofline.py times it. */
+uint32_t td_read_sum_u32(const uint32_t *x, int64_t len, int64_t reps);

@@ -40,10 +40,10 @@ class Result:
     def row(self):
         rate, t = self.tokens_per_s, statistics.mean(self.seconds)
         sd = statistics.stdev(rate) if len(rate) > 1 else 0.0
-        share = f"{100 * self.roofline_seconds / t:6.1f}%" if self.roofline_seconds else "     -"
-        return (f"| {self.model:14s} | {self.params / 1e6:8.1f}M | {self.threads:7d} | {self.test:>9s} | "
-                f"{statistics.mean(rate):10.2f} ± {sd:7.2f} | {self.bytes / t / 1e9:7.2f} | "
-                f"{self.flops / t / 1e9:8.2f} | {share} |")
+        share = f"{100 * self.roofline_seconds / t:.1f}%" if self.roofline_seconds else "-"
+        return (f"| {self.model:14s} | {self.params / 1e6:7.1f}M | {self.threads:7d} | {self.test:>9s} | "
+                f"{statistics.mean(rate):8.1f} ± {sd:5.1f} | {self.bytes / t / 1e9:7.2f} | "
+                f"{self.flops / t / 1e9:8.2f} | {share:>8s} |")
 
 
 HEADER = ("| model          |   params | threads |      test |              t/s |    GB/s |  GFLOP/s | "
