@@ -216,3 +216,52 @@ def test_diffusion_usage_errors(llada_dir, argv, words):
 def test_model_without_mask_token_cannot_denoise():
     status, _, err = run("generate", "-m", MODEL, "-p", "Once", "--mode", "diffusion", "-n", "8")
     assert_one_line_error(status, err, 2, "mask")
+
+
+# -- bench, cost, roofline ---------------------------------------------------------------------------
+
+@pytest.fixture
+def fixed_roofline(monkeypatch):
+    """A made-up machine (10 GB/s, 100 GFLOP/s), so the tests measure nothing."""
+    from tinydiff import roofline
+    machine = roofline.Roofline(mem_gbs=10.0, llc_gbs=40.0, peak_gflops=100.0, balance=10.0, llc_balance=2.5,
+                                cpu="test cpu", threads=1, simd="c", when="now")
+    monkeypatch.setattr(roofline, "load_or_measure", lambda threads=None, remeasure=False: machine)
+    return machine
+
+
+def test_bench_json_has_each_test_with_its_ledger_costs(capsys, fixed_roofline):
+    assert main(["bench", "-m", MODEL, "-p", "16", "-n", "4", "-d", "16x2", "-r", "2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["test"] for r in rows] == ["pp16", "tg4", "dd16x2"]
+    model = tinydiff.load(MODEL)
+    pp, tg, dd = rows
+    assert pp["flops"] == tinydiff.cost.forward(model.config, 16, 0, causal=True)["flops"]
+    assert tg["flops"] == sum(tinydiff.cost.forward(model.config, 1, i, causal=True)["flops"] for i in range(1, 5))
+    assert dd["flops"] == 2 * tinydiff.cost.forward(model.config, 16, 0, causal=False)["flops"]
+    assert all(len(r["seconds"]) == 2 and r["roofline_seconds"] > 0 for r in rows)
+
+
+def test_bench_table_and_bad_test_spec(capsys, fixed_roofline):
+    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-r", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "pp8" in out and "tg2" in out and "dd8x1" in out and "%" in out
+    assert main(["bench", "-m", MODEL, "-p", "8", "-d", "8y1"]) == 2
+    assert "8y1" in capsys.readouterr().err
+
+
+def test_cost_prints_ar_and_diffusion_rows_and_draws_the_plot(capsys, fixed_roofline, tmp_path, llada_dir):
+    svg = tmp_path / "roofline.svg"
+    assert main(["cost", "-m", MODEL, "-m", llada_dir, "-n", "8", "--plot", str(svg)]) == 0
+    out = capsys.readouterr().out
+    assert "autoregressive" in out and "diffusion steps=8" in out and "diffusion steps=2" in out
+    assert "balance 10.0 FLOP/byte" in out
+    import xml.etree.ElementTree as ET
+    text = " ".join(t.text or "" for t in ET.parse(svg).iter() if t.tag.endswith("text"))
+    assert "autoregressive" in text and "canvas 64" in text
+
+
+def test_roofline_command_reports_the_machine(capsys, fixed_roofline):
+    assert main(["roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "10.0 GB/s" in out and "100.0 GFLOP/s" in out

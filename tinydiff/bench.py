@@ -66,29 +66,37 @@ def parse_test(spec):
     raise UsageError(f"bench: test '{spec}' should look like pp512, tg128 or dd256x8")
 
 
-def run_test(model, kind, n, steps, rng):
-    """One repetition: (seconds, tokens) with the passes booked in the open ledger."""
+def prepare(model, kind, n, steps, rng):
+    """Sets up one repetition; returns the function to time, which returns the tokens it made."""
     cfg = model.config
     if n + (kind == "tg") > cfg.max_position_embeddings:
         raise UsageError(f"bench: {kind}{n} exceeds the model's context of {cfg.max_position_embeddings}")
     ids = rng.integers(0, cfg.vocab_size, size=(1, n + 1))
-    if kind == "pp":
-        cache, buf = model.canvas_state(1, n)
-        t0 = time.perf_counter()
+    cache, buf = model.canvas_state(1, n + 1)
+
+    def pp():
         model.forward(ids[:, :n], cache, buf, 0, last_only=True)
-        return time.perf_counter() - t0, n
-    if kind == "tg":
-        cache, buf = model.canvas_state(1, n + 1)
-        model.forward(ids[:, :1], cache, buf, 0, last_only=True)      # the one-token prompt, not timed
-        t0 = time.perf_counter()
+        return n
+
+    def tg():
         for i in range(1, n + 1):
             model.forward(ids[:, i:i + 1], cache, buf, i, last_only=True)
-        return time.perf_counter() - t0, n
-    cache, buf = model.canvas_state(1, n)
+        return n
+
+    def dd():
+        for _ in range(steps):
+            model.forward(ids[:, :n], cache, buf, 0, causal=False)
+        return n
+
+    if kind == "tg":
+        model.forward(ids[:, :1], cache, buf, 0, last_only=True)      # the one-token prompt, not timed
+    return {"pp": pp, "tg": tg, "dd": dd}[kind]
+
+
+def timed(run):
     t0 = time.perf_counter()
-    for _ in range(steps):
-        model.forward(ids[:, :n], cache, buf, 0, causal=False)
-    return time.perf_counter() - t0, n
+    tokens = run()
+    return time.perf_counter() - t0, tokens
 
 
 def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
@@ -98,12 +106,12 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
     results = []
     for spec in tests:
         kind, n, steps = parse_test(spec)
-        with Ledger():
-            run_test(model, kind, min(n, 8), 1, rng)                   # warm up: page weights in
+        prepare(model, kind, min(n, 8), 1, rng)()                      # warm up: page weights in
         seconds, ledgers = [], []
         for _ in range(repetitions):
+            run = prepare(model, kind, n, steps, rng)
             with Ledger() as led:
-                s, tokens = run_test(model, kind, n, steps, rng)
+                s, tokens = timed(run)
             seconds.append(s)
             ledgers.append(led.total())
         t = ledgers[0]

@@ -216,7 +216,7 @@ def cmd_infill(args):
 
 
 def cmd_bench(args):
-    from .bench import HEADER, as_json, bench
+    from .bench import HEADER, as_json, bench, parse_test
     from .model import load, set_threads
     from .shapes import SHAPES, random_model
     if args.threads is not None:
@@ -225,6 +225,8 @@ def cmd_bench(args):
         raise UsageError(f"bench: repetitions must be >= 1, got {args.repetitions}")
     tests = ([f"pp{n}" for n in args.n_prompt or [512]] + [f"tg{n}" for n in args.n_gen or [128]]
              + [f"dd{d}" for d in args.diffusion or ["256x4"]])
+    for spec in tests:
+        parse_test(spec)                                  # every mistake before anything runs
     unknown = [s for s in args.shape or [] if s not in SHAPES]
     if unknown:
         raise UsageError(f"bench: unknown shape '{unknown[0]}' (known: {', '.join(SHAPES)})")
