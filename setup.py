@@ -20,6 +20,7 @@ setup(
     cffi_modules=["csrc/build_ffi.py:ffi"],
     extras_require={
         "test": ["pytest", "hypothesis"],
+        "train": ["torch==2.13.0"],
         "reference": ["torch==2.13.0", "transformers", "tokenizers"],
     },
     entry_points={"console_scripts": ["tinydiff = tinydiff.cli:main"]},

@@ -119,6 +119,11 @@ def build_parser():
     r.add_argument("--remeasure", action="store_true", help="measure again instead of reading the cache")
     r.set_defaults(run=cmd_roofline)
 
+    t = sub.add_parser("train", help="train a small model, autoregressive or masked diffusion (needs .[train])")
+    from .train import add_train_arguments
+    add_train_arguments(t)
+    t.set_defaults(run=cmd_train)
+
     i = sub.add_parser("info", help="architecture, parameter count and weight bytes per dtype")
     _add_model_args(i)
     i.set_defaults(run=cmd_info)
@@ -295,6 +300,11 @@ def cmd_roofline(args):
     if args.threads is not None:
         set_threads(args.threads)
     print(report(_roofline(args.threads, args.remeasure)))
+
+
+def cmd_train(args):
+    from .train import run_train
+    run_train(args)
 
 
 def cmd_info(args):

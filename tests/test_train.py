@@ -1,0 +1,229 @@
+"""The corpus reader (tinydiff/corpus.py) and the trainer (tinydiff/train.py) on a tiny config:
+the loss falls, a resumed run equals an uninterrupted one, the export reads back with the right
+tensor names and shapes, the mdm mask rate is t. Trainer tests need torch."""
+import csv
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+from tinydiff import corpus, train
+from tinydiff.errors import UsageError
+
+WORDS = ("Once upon a time there was a little girl named Lily . She loved to play with her big red "
+         "ball , One day Tom went to the park and saw a dog . They were happy").split()
+
+
+# ---------------------------------------------------------------------------------------------
+# corpus
+
+def test_repair_mojibake():
+    bad = "â€œHi,â€\x9d she said. Tomâ€™s â€˜catâ€™ â€” big â€“ small â€¦ onâ€Š/â€Šoff â€œEnd.â€\n"
+    good = "“Hi,” she said. Tom’s ‘cat’ — big – small … on\u200a/\u200aoff “End.”\n"
+    assert corpus.repair_mojibake(bad) == good
+
+
+def test_split_stories_endoftext():
+    text = "\nOne.  \nTwo lines.\n<|endoftext|>\n\nSecond story.\n<|endoftext|>\nCut in the mid"
+    assert corpus.split_stories(text) == ["One.\nTwo lines.", "Second story."]
+    assert corpus.split_stories("A.<|endoftext|>B.<|endoftext|>\n") == ["A.", "B."]
+
+
+def test_split_stories_blank_lines():
+    text = ("Spot ran.\n\nThe end.\n\nOnce upon a time, a cat.\n\nIt sat.\n\n"
+            "Tom and Mia were best friends. They played.\n\nOnce there was a dog.\n\n")
+    assert corpus.split_stories(text) == [
+        "Spot ran.\nThe end.", "Once upon a time, a cat.\nIt sat.",
+        "Tom and Mia were best friends. They played.", "Once there was a dog."]
+
+
+def test_read_text_errors(tmp_path):
+    (tmp_path / "bad.txt").write_bytes(b"ok \xff\xfe")
+    (tmp_path / "empty.txt").write_bytes(b" \n")
+    with pytest.raises(UsageError, match="invalid UTF-8 at byte 3"):
+        corpus.read_text(tmp_path / "bad.txt")
+    with pytest.raises(UsageError, match="no text"):
+        corpus.read_text(tmp_path / "empty.txt")
+    with pytest.raises(UsageError, match="cannot read"):
+        corpus.read_text(tmp_path / "missing.txt")
+
+
+def test_overlap():
+    assert corpus.overlap(["a", "b"], ["b", "c", "b"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# trainer
+
+def write_corpus(folder, n, seed):
+    rng = random.Random(seed)
+    stories = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 60))) for _ in range(n)]
+    path = folder / f"stories{seed}.txt"
+    path.write_text("\n<|endoftext|>\n".join(stories) + "\n<|endoftext|>\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    return write_corpus(folder, 300, 0), write_corpus(folder, 40, 1)
+
+
+def run(data, out, *extra, objective="ar"):
+    argv = ["--objective", objective, "--data", data[0], "--val", data[1], "--out", str(out),
+            "--vocab-size", "300", "--dim", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+            "--hidden", "64", "--seq-len", "32", "--batch", "4", "--lr", "1e-2", "--warmup", "5",
+            "--tokens", "3840", "--eval-every", "10", "--eval-tokens", "512", "--threads", "1",
+            "--export-dtype", "f32", *extra]
+    p = __import__("argparse").ArgumentParser()
+    train.add_train_arguments(p)
+    return train.run_train(p.parse_args(argv))
+
+
+def log_rows(out):
+    with open(os.path.join(out, "log.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def ar_run(data, tmp_path_factory):
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("runs") / "ar"
+    run(data, out)
+    return out
+
+
+def test_loss_decreases(ar_run):
+    rows = log_rows(ar_run)
+    assert [int(r["step"]) for r in rows] == [0, 10, 20, 30]
+    val = [float(r["val_loss"]) for r in rows]
+    assert val[-1] < val[0] - 1.0
+    assert float(rows[-1]["train_loss"]) < float(rows[1]["train_loss"])
+
+
+def test_resume_matches_uninterrupted(ar_run, data, tmp_path):
+    torch = pytest.importorskip("torch")
+    out = tmp_path / "ar"
+    run(data, out, "--stop-after", "13")
+    assert int(log_rows(out)[-1]["step"]) == 10
+    run(data, out, "--resume")
+    strip = [{k: v for k, v in r.items() if k != "elapsed_s"} for r in log_rows(out)]
+    assert strip == [{k: v for k, v in r.items() if k != "elapsed_s"} for r in log_rows(ar_run)]
+    a = torch.load(os.path.join(ar_run, "checkpoint.pt"), weights_only=False)
+    b = torch.load(os.path.join(out, "checkpoint.pt"), weights_only=False)
+    assert a["step"] == b["step"] == 30
+    for name, t in a["model"].items():
+        assert torch.equal(t, b["model"][name]), name
+
+
+def test_resume_bf16_with_short_phase(data, tmp_path):
+    """The other code paths (bf16 autocast, mdm masks, the short-window phase) resume exactly too."""
+    torch = pytest.importorskip("torch")
+    extra = ("--precision", "bf16", "--short-steps", "4", "--short-len", "8", "--tokens", "1280")
+    run(data, tmp_path / "a", *extra, objective="mdm")
+    run(data, tmp_path / "b", *extra, "--stop-after", "3", objective="mdm")
+    run(data, tmp_path / "b", *extra, "--resume", objective="mdm")
+    a = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["model"]
+    assert all(torch.equal(t, b[name]) for name, t in a.items())
+
+
+def expected_shapes(layers, d, hd, heads, kv, f, vocab):
+    shapes = {"model.embed_tokens.weight": (vocab, d), "model.norm.weight": (d,)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,),
+                       p + "self_attn.q_proj.weight": (heads * hd, d), p + "self_attn.k_proj.weight": (kv * hd, d),
+                       p + "self_attn.v_proj.weight": (kv * hd, d), p + "self_attn.o_proj.weight": (d, heads * hd),
+                       p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
+                       p + "mlp.down_proj.weight": (d, f)})
+    return shapes
+
+
+def test_export_reads_back(ar_run):
+    from tinydiff.safetensors import load_checkpoint
+    model = os.path.join(ar_run, "model")
+    assert sorted(os.listdir(model)) == ["config.json", "model.safetensors", "tokenizer.json"]
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    assert cfg["model_type"] == "llama" and cfg["architectures"] == ["LlamaForCausalLM"]
+    assert cfg["tie_word_embeddings"] is True and "is_causal" not in cfg
+    tok = json.load(open(os.path.join(model, "tokenizer.json")))
+    assert cfg["vocab_size"] == len(tok["model"]["vocab"]) == 300
+    assert cfg["eos_token_id"] == tok["model"]["vocab"]["<|endoftext|>"]
+    ck = load_checkpoint(model)
+    want = expected_shapes(2, 32, 8, 4, 2, 64, 300)
+    assert {n: ck.shape(n) for n in ck.names} == want
+    assert all(ck.dtype(n) == "F32" for n in ck.names)
+    best = min(float(r["val_loss"]) for r in log_rows(ar_run))
+    assert best == pytest.approx(float(log_rows(ar_run)[-1]["val_loss"]))  # the last was best here
+
+
+def test_export_matches_transformers(ar_run):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tinydiff.safetensors import load_checkpoint
+    model = os.path.join(ar_run, "model")
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    hf = transformers.LlamaForCausalLM.from_pretrained(model).eval()
+    ours = train.build_model(torch, cfg)
+    ck = load_checkpoint(model)
+    ours.load_state_dict({n: torch.from_numpy(np.array(ck.f32(n))) for n in ck.names})
+    ids = torch.randint(0, 298, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = hf(ids).logits
+        got = ours.logits(ours.hidden(ids, causal=True))
+    assert torch.allclose(got, want, atol=1e-4)
+
+
+def test_mdm_run_and_config(data, tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "mdm"
+    run(data, out, "--tokens", "1280", objective="mdm")
+    cfg = json.load(open(os.path.join(out, "model", "config.json")))
+    tok = json.load(open(os.path.join(out, "model", "tokenizer.json")))
+    assert cfg["is_causal"] is False and cfg["mask_token_id"] == tok["model"]["vocab"]["<|mask|>"]
+    val = [float(r["val_loss"]) for r in log_rows(out)]
+    assert all(np.isfinite(val)) and val[-1] < val[0]
+
+
+def test_mdm_mask_rate():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((3, 20000), dtype=torch.int64)
+    t = torch.tensor([0.1, 0.5, 0.9])
+    xm, m = train.mdm_mask(torch, x, t, 7, torch.Generator().manual_seed(0))
+    assert torch.equal(xm == 7, m)
+    assert torch.allclose(m.double().mean(1), t.double(), atol=0.01)
+
+
+def test_mask_rates_cover_the_range():
+    torch = pytest.importorskip("torch")
+    t = train.mask_rates(torch, 8, torch.Generator().manual_seed(1)).sort().values
+    assert t.min() >= train.MDM_EPS and t.max() < 1
+    assert torch.allclose(t[1:] - t[:-1], torch.full((7,), (1 - train.MDM_EPS) / 8), atol=1e-6)
+
+
+def test_pack_epoch_starts_at_story_starts():
+    stories = [np.arange(100 * i, 100 * i + n) for i, n in enumerate([5, 12, 3, 30, 7, 9])]
+    seqs = train.pack_epoch(stories, 10, seed=0, epoch=0)
+    starts = {int(s[0]) for s in stories}
+    assert seqs.shape[1] == 10 and all(int(row[0]) in starts for row in seqs)
+    assert not np.array_equal(seqs, train.pack_epoch(stories, 10, seed=0, epoch=1))
+
+
+def test_lr_schedule():
+    assert train.lr_at(0, 100, 1.0, 10) == pytest.approx(0.1)
+    assert train.lr_at(10, 100, 1.0, 10) == pytest.approx(1.0)
+    assert train.lr_at(100, 100, 1.0, 10) == pytest.approx(0.1)
+
+
+def test_refuses_existing_out(data, tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(UsageError, match="already exists"):
+        run(data, out)
+    with pytest.raises(UsageError, match="no checkpoint"):
+        run(data, out, "--resume")
