@@ -227,3 +227,10 @@ def test_refuses_existing_out(data, tmp_path):
         run(data, out)
     with pytest.raises(UsageError, match="no checkpoint"):
         run(data, out, "--resume")
+
+
+def test_without_torch_says_how_to_install(data, tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # makes `import torch` fail
+    with pytest.raises(UsageError, match=r"pip install 'tinydiff\[train\]'"):
+        run(data, tmp_path / "x")
+    assert not (tmp_path / "x").exists()

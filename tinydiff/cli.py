@@ -124,6 +124,11 @@ def build_parser():
     add_train_arguments(t)
     t.set_defaults(run=cmd_train)
 
+    e = sub.add_parser("eval", help="held-out bits per byte (AR exact, MDM ELBO), judge perplexity, KL --against")
+    from .evaluate import add_eval_arguments, run_eval
+    add_eval_arguments(e)
+    e.set_defaults(run=run_eval)
+
     i = sub.add_parser("info", help="architecture, parameter count and weight bytes per dtype")
     _add_model_args(i)
     i.set_defaults(run=cmd_info)
