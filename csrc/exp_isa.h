@@ -3,12 +3,6 @@
    Cephes' expf: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-7 polynomial, 2^n built in the
    exponent bits. Relative error ~2e-7, like libm's expf but VL lanes at a time. Lanes below
    -87.33 (including -inf) give 0, above 88.37 give inf; NaN stays NaN. */
-#ifndef TD_VI_DEFINED
-#define TD_VI_DEFINED
-typedef int32_t vi4 __attribute__((vector_size(16)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-#endif
 #define VI TD_CAT(vi, VL) /* int32 lanes, VEC's width: comparisons give -1 (true) or 0 per lane */
 
 TARGET TD_INLINE VEC ISA(vselect)(VI mask, VEC a, VEC b) /* mask ? a : b, lane by lane */

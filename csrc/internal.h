@@ -28,6 +28,12 @@ void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost);
 typedef float vf4 __attribute__((vector_size(16)));  /* an SSE or NEON register */
 typedef float vf8 __attribute__((vector_size(32)));  /* an AVX2 ymm register */
 typedef float vf16 __attribute__((vector_size(64))); /* an AVX-512 zmm register */
+typedef int32_t vi4 __attribute__((vector_size(16)));  /* the same widths in int32 (exp's bit tricks) */
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef uint32_t vu4 __attribute__((vector_size(16))); /* and uint32 (the bandwidth loop's sums) */
+typedef uint32_t vu8 __attribute__((vector_size(32)));
+typedef uint32_t vu16 __attribute__((vector_size(64)));
 
 /* memcpy makes unaligned loads and stores legal; compilers emit one vmovups / ldr */
 TD_INLINE vf4 load_vf4(const float *p) { vf4 v; memcpy(&v, p, sizeof v); return v; }

@@ -1,10 +1,4 @@
 /* roofline_isa.h: the bandwidth loop for one instruction set (included by foreach_isa.h). */
-#ifndef TD_VU_DEFINED
-#define TD_VU_DEFINED
-typedef uint32_t vu4 __attribute__((vector_size(16)));
-typedef uint32_t vu8 __attribute__((vector_size(32)));
-typedef uint32_t vu16 __attribute__((vector_size(64)));
-#endif
 #define VU TD_CAT(vu, VL) /* uint32 lanes, VEC's width */
 
 /* sum mod 2^32 of x over tasks [b, e) (RD_BLOCK words each, the last one clipped to len), read
