@@ -1,0 +1,126 @@
+"""Weight types: how a matrix's numbers are stored, and the NumPy reference for each.
+
+A weight matrix W [m, k] (HF layout: out_features x in_features) is a NumPy array whose dtype says
+its storage type, as a ggml tensor's type does:
+
+    f32   float32 [m, k]                                                    4 bytes a weight
+    f16   float16 [m, k]  (IEEE half)                                       2 bytes
+    bf16  BF16 [m, k]     the top 16 bits of a float32, rounded to nearest even   2 bytes
+    q8_0  Q8_0 [m, k/32]  one block per 32 weights: d (f16), qs int8[32];
+                          w[j] = d * qs[j]                                  34 bytes / 32 = 8.5 bits
+    q4_0  Q4_0 [m, k/32]  d (f16), qs uint8[16]: weight j in the low nibble of qs[j], weight j+16
+                          in the high nibble; w[j] = d * (nibble - 8)       18 bytes / 32 = 4.5 bits
+
+The block layouts are llama.cpp's (ggml-common.h: block_q8_0, block_q4_0), byte for byte, so a
+GGUF tensor maps onto these arrays without conversion. The rounding rules are ggml's reference
+quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match llama.cpp's.
+"""
+import numpy as np
+
+from .errors import UsageError
+
+QK = 32                                                        # weights per block
+BF16 = np.dtype([("bf16", "<u2")])                             # 2 bytes
+Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", QK)])              # 34 bytes
+Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", QK // 2)])         # 18 bytes
+TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0}
+
+
+def type_of(w):
+    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0' or 'q4_0'."""
+    for name, dt in TYPES.items():
+        if w.dtype == dt:
+            return name
+    raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type ({', '.join(TYPES)})")
+
+
+def is_blocked(w):
+    """True for the block types, whose last axis counts blocks of QK weights, not weights."""
+    return w.dtype in (Q8_0, Q4_0)
+
+
+def columns(w):
+    """k, the number of weights in one row, whatever the storage type."""
+    return w.shape[-1] * QK if is_blocked(w) else w.shape[-1]
+
+
+def bits_per_weight(name):
+    return TYPES[name].itemsize * 8 / (QK if name in ("q8_0", "q4_0") else 1)
+
+
+def quantize(w, name):
+    """The float32 matrix w [m, k] stored as type `name`. Block types need k % 32 == 0."""
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if name == "f32":
+        return w
+    if name == "f16":
+        return w.astype(np.float16)
+    if name == "bf16":
+        return to_bf16(w)
+    if name not in ("q8_0", "q4_0"):
+        raise UsageError(f"unknown weight type {name!r}; choose one of {', '.join(TYPES)}")
+    if w.shape[-1] % QK:
+        raise UsageError(f"cannot store a matrix with rows of {w.shape[-1]} weights as {name}: "
+                         f"rows must be a multiple of {QK}")
+    blocks = w.reshape(*w.shape[:-1], w.shape[-1] // QK, QK)  # [..., k/32, 32]
+    return quantize_q8_0(blocks) if name == "q8_0" else quantize_q4_0(blocks)
+
+
+def quantize_q8_0(x):
+    """x [..., 32] f32 -> Q8_0 [...]: d = max|x| / 127, qs = round(x / d) (half away from zero)."""
+    amax = np.abs(x).max(axis=-1)                                                 # [...]
+    d = amax / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)       # a zero block stays zero
+    y = np.empty(x.shape[:-1], Q8_0)
+    y["d"] = d.astype(np.float16)
+    y["qs"] = _round_away(x * inv[..., None]).astype(np.int8)
+    return y
+
+
+def quantize_q4_0(x):
+    """x [..., 32] f32 -> Q4_0 [...]: d = (the value of largest magnitude) / -8, so it maps to
+    nibble 0 exactly; nibble = min(15, trunc(x / d + 8.5))."""
+    i = np.abs(x).argmax(axis=-1)[..., None]
+    vmax = np.take_along_axis(x, i, axis=-1)[..., 0]                              # [...] signed
+    d = vmax / np.float32(-8)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    q = np.minimum(15, np.trunc(x * inv[..., None] + np.float32(8.5))).astype(np.uint8)  # [..., 32]
+    y = np.empty(x.shape[:-1], Q4_0)
+    y["d"] = d.astype(np.float16)
+    y["qs"] = q[..., :QK // 2] | (q[..., QK // 2:] << 4)
+    return y
+
+
+def dequantize(w):
+    """Any weight array back to float32, [m, k]."""
+    if w.dtype == np.float32:
+        return w
+    if w.dtype == np.float16:
+        return w.astype(np.float32)
+    if w.dtype == BF16:
+        return (w["bf16"].astype(np.uint32) << 16).view(np.float32)
+    d = w["d"].astype(np.float32)[..., None]                                      # [..., k/32, 1]
+    if w.dtype == Q8_0:
+        q = w["qs"].astype(np.float32)
+    elif w.dtype == Q4_0:
+        qs = w["qs"]
+        q = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.float32) - 8
+    else:
+        raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type")
+    return (d * q).reshape(*w.shape[:-1], w.shape[-1] * QK)
+
+
+def to_bf16(w):
+    """float32 -> BF16, rounding to nearest even (NaN stays NaN), as torch and ggml do."""
+    u = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
+    rounded = (u + (np.uint32(0x7FFF) + ((u >> 16) & 1))) >> 16
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    y = np.empty(w.shape, BF16)
+    y["bf16"] = np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
+    return y
+
+
+def _round_away(x):
+    """C's roundf: halves away from zero (NumPy's round goes to even). x - trunc(x) is exact."""
+    whole = np.trunc(x)
+    return np.where(np.abs(x - whole) >= 0.5, whole + np.sign(x), whole)
