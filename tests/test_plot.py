@@ -1,5 +1,5 @@
-"""The roofline picture (tinydiff.plot): well-formed SVG, points on the right side of the ridge,
-PNG only with matplotlib, written atomically."""
+"""The pictures (tinydiff.plot): the roofline as well-formed SVG, points on the right side of the ridge,
+PNG only with matplotlib, written atomically; a training log's loss curves."""
 import builtins
 import os
 import xml.etree.ElementTree as ET
@@ -90,3 +90,20 @@ def test_png_with_matplotlib(tmp_path):
     P.roofline_svg(ROOF, POINTS, tmp_path / "r.png")
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert os.listdir(tmp_path) == ["r.png"]
+
+
+def test_loss_curves_follow_the_log(tmp_path):
+    rows = [{"tokens": "0", "train_loss": "", "val_loss": "7.5"},
+            {"tokens": "1000000", "train_loss": "4.0", "val_loss": "3.5"},
+            {"tokens": "2000000", "train_loss": "2.0", "val_loss": "2.5"}]
+    path = tmp_path / "loss.svg"
+    P.loss_svg(rows, "run: loss", path)
+    root = ET.parse(path).getroot()
+    lines = {p.get("class"): [tuple(map(float, xy.split(","))) for xy in p.get("points").split()]
+             for p in root.findall("svg:polyline", NS)}
+    assert len(lines["train_loss"]) == 2 and len(lines["val_loss"]) == 3   # the empty train loss is skipped
+    (x0, y0), (x1, y1), (x2, y2) = lines["val_loss"]
+    assert x0 < x1 < x2 and y0 < y1 < y2                                   # more tokens further right; lower loss lower down (y px grows downward)
+    assert lines["train_loss"][0][0] == x1                                 # same tokens, same x
+    with pytest.raises(UsageError, match="no losses"):
+        P.loss_svg([{"tokens": "0", "train_loss": "", "val_loss": ""}], "t", tmp_path / "none.svg")

@@ -1,4 +1,6 @@
-"""The roofline as a picture: runs placed against what this machine can do.
+"""Pictures, SVG written by hand: the roofline with runs on it, and a training run's loss curves.
+
+The roofline: runs placed against what this machine can do.
 
 Log-log axes: arithmetic intensity (FLOPs per byte) across, GFLOP/s up. The memory bandwidth is the
 slope GB/s x FLOPs/byte, the peak matmul rate the flat roof; they meet at the machine balance.
@@ -232,6 +234,48 @@ def roofline_svg(roofline, points, path):
         def write(tmp):
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
+    try:
+        write_atomic(str(path), write)
+    except OSError as e:
+        raise UsageError(f"plot: cannot write {path}: {e.strerror or e}") from None
+
+
+# -- loss curves (the model cards in weights/) --------------------------------------------------
+
+def loss_svg(rows, title, path):
+    """Train and validation loss (nats/token) against training tokens, from a trainer's log.csv rows
+    (dicts with tokens, train_loss, val_loss; empty = not measured at that step). Written atomically."""
+    series = [(key, color, [(float(r["tokens"]) / 1e6, float(r[key])) for r in rows if r.get(key)])
+              for key, color in (("train_loss", "#1f5fa8"), ("val_loss", "#b3261e"))]
+    pts = [p for _, _, s in series for p in s]
+    if not pts:
+        raise UsageError(f"plot: no losses to draw for {path}")
+    x1 = max(x for x, _ in pts) or 1.0
+    y0, y1 = math.floor(min(y for _, y in pts)), math.ceil(max(y for _, y in pts))
+    px = lambda x: LEFT + (W - LEFT - RIGHT) * x / x1                          # noqa: E731
+    py = lambda y: H - BOTTOM - (H - TOP - BOTTOM) * (y - y0) / max(y1 - y0, 1)  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+           'font-family="sans-serif" font-size="12">', f'<rect width="{W}" height="{H}" fill="white"/>',
+           _text(W / 2, 22, title, 'text-anchor="middle" font-size="14"'),
+           f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
+           'fill="none" stroke="#444"/>',
+           _text((LEFT + W - RIGHT) / 2, H - 14, "training tokens (millions)", 'text-anchor="middle"'),
+           _text(18, (TOP + H - BOTTOM) / 2, "loss (nats/token)",
+                 f'text-anchor="middle" transform="rotate(-90 18 {(TOP + H - BOTTOM) / 2})"')]
+    for y in range(y0, y1 + 1):
+        out += [f'<line x1="{LEFT}" y1="{py(y):.1f}" x2="{W - RIGHT}" y2="{py(y):.1f}" stroke="#ddd"/>',
+                _text(LEFT - 6, py(y) + 4, str(y), 'text-anchor="end"')]
+    for i in range(0, math.floor(x1) + 1, max(1, math.ceil(x1 / 10))):
+        out.append(_text(px(i), H - BOTTOM + 16, str(i), 'text-anchor="middle"'))
+    for n, (key, color, s) in enumerate(series):
+        line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s)
+        out += [f'<polyline class="{key}" fill="none" stroke="{color}" stroke-width="2" points="{line}"/>',
+                _text(W - RIGHT - 10, TOP + 18 + 16 * n, key.replace("_", " "), f'text-anchor="end" fill="{color}"')]
+    text = "\n".join(out + ["</svg>", ""])
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
     try:
         write_atomic(str(path), write)
     except OSError as e:

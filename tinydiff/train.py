@@ -9,6 +9,7 @@ The run folder OUT holds:
     tokenizer.json   the byte-level BPE (trained on the training stories unless --tokenizer is given)
     checkpoint.pt    the resumable state (model, optimizer, step; torch.save, never shipped)
     log.csv          step, tokens, lr, train_loss, val_loss, elapsed_s
+    loss.svg         the log's train and validation loss curves, drawn when the run stops
     args.json        the settings of the run
     model/           the export with the best validation loss so far: config.json (Hugging Face Llama
                      form), model.safetensors, tokenizer.json. Replaced as a whole, never half-written.
@@ -55,7 +56,7 @@ EOT, MASK = "<|endoftext|>", "<|mask|>"
 MDM_EPS = 1e-3          # smallest mask rate drawn: keeps the 1/t weight finite
 RMS_EPS = 1e-5
 ROPE_THETA = 10000.0
-STATE_FILES = ("checkpoint.pt", "log.csv", "args.json", "tokenizer.json", "model")
+STATE_FILES = ("checkpoint.pt", "log.csv", "loss.svg", "args.json", "tokenizer.json", "model")
 LOG_FIELDS = ["step", "tokens", "lr", "train_loss", "val_loss", "elapsed_s"]
 
 
@@ -506,6 +507,13 @@ def open_log(path, resume_step):
     return f, w
 
 
+def draw_losses(out, title):
+    """OUT/loss.svg from OUT/log.csv (the model cards show it)."""
+    from .plot import loss_svg
+    with open(os.path.join(out, "log.csv"), newline="") as f:
+        loss_svg(list(csv.DictReader(f)), f"{title}: loss per token", os.path.join(out, "loss.svg"))
+
+
 # ---------------------------------------------------------------------------------------------
 # The loop
 
@@ -603,6 +611,7 @@ def run_train(args):
         step = done
     save_checkpoint(torch, ckpt_path, state_at(step))
     log_file.close()
+    draw_losses(args.out, args.objective)
     print(f"stopped at step {step}; best validation loss {best:.4f}; export in {os.path.join(args.out, 'model')}")
     return 0
 
