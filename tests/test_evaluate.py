@@ -299,6 +299,33 @@ def run(*argv):
     return evaluate.run_eval(p.parse_args([str(a) for a in argv]))
 
 
+# ---------------------------------------------------------------------------------------------
+# the bigram baseline
+
+def test_kneser_ney_bigram_is_a_distribution_in_every_context():
+    train = np.array([0, 1, 2, 1, 2, 3, 0, 1, 3, 0], np.int64)
+    V = 6                                                   # tokens 4 and 5 never occur; context 5 never seen
+    prob = evaluate.kneser_ney_bigram(train, V)
+    w = np.arange(V)
+    for v in range(V):
+        p = prob(np.full(V, v), w)
+        assert p.sum() == pytest.approx(1.0) and (p > 0).all()
+    # by hand: c(1,.) = 3, seen pairs (1,2) x2 and (1,3); N1+(. .) = 6 distinct pairs; N1+(. 2) = 1
+    p_cont_2 = (1 + 1) / (6 + V)
+    assert prob(np.array([1]), np.array([2]))[0] == pytest.approx((2 - 0.75) / 3 + 0.75 * 2 / 3 * p_cont_2)
+
+
+def test_bigram_baseline_scores_the_same_tokens_and_bytes_as_the_model(ar, data, capsys):
+    base = evaluate.bigram_likelihood(ar, STORIES, STORIES)
+    exact = evaluate.ar_likelihood(ar, STORIES)
+    assert (base.tokens, base.bytes) == (exact.tokens, exact.bytes)
+    # counted on the very stories it scores, the bigram knows them far better than a random model
+    assert base.nats_per_token < exact.nats_per_token
+    run("-m", AR, "--bigram", data, "--data", data, "--json")
+    d = json.loads(capsys.readouterr().out)
+    assert d["bound"] == "bigram NLL" and d["nats"] == pytest.approx(base.nats)
+
+
 def test_command_ar_report_and_json(data, capsys):
     run("-m", AR, "--data", data)
     out = capsys.readouterr().out
@@ -373,7 +400,7 @@ def test_bad_input_is_one_line_naming_what_is_wrong(tmp_path, data, mdm_dir, wid
         (UsageError, "vocabulary of 330 tokens, but the model's has 320",
          ["-m", AR, "--against", wide_vocab, "--data", data]),
         (UsageError, "compares autoregressive models", ["-m", mdm_dir, "--against", AR, "--data", data]),
-        (UsageError, "not both", ["-m", mdm_dir, "--against", AR, "--judge", AR]),
+        (UsageError, "one of --judge", ["-m", mdm_dir, "--against", AR, "--judge", AR]),
         (ModelError, "neither causal nor with a mask token", ["-m", no_mask_dir, "--data", data]),
         (ModelError, "not a model folder", ["-m", tmp_path / "nowhere", "--data", data]),
     ]

@@ -4,6 +4,7 @@
     tinydiff eval -m MDM_DIR --data valid.txt --samples-per-seq 8   # ELBO (upper bound on the NLL)
     tinydiff eval -m MDM_DIR --judge AR_DIR --samples 32 --steps 32,64,128 --threshold none,0.9
     tinydiff eval -m Q8_DIR  --against F32_DIR --data valid.txt       # KL(ref || model), top-1 agreement
+    tinydiff eval -m AR_DIR  --bigram train.txt --data valid.txt      # the baseline: a bigram, same tokens
 
 What is scored. The data file is read into stories by tinydiff.corpus (the trainer's reader, mojibake
 repaired). Training packs shuffled stories as `story <|endoftext|> story <|endoftext|> ...`, every
@@ -56,6 +57,10 @@ the same way: gen_length tokens given the story's first 4.
 --against REF_DIR: on the held-out text, the mean KL(ref || model) of the next-token distributions
 and the top-1 agreement (the two argmaxes equal), as llama.cpp's perplexity --kl-divergence reports
 them; both autoregressive, same tokenizer, all in float64.
+
+--bigram TRAIN...: the baseline a model must beat. An interpolated Kneser-Ney bigram (discount 0.75,
+Chen & Goodman) counted on the training files, tokenized by the model's tokenizer, with stories
+joined by EOT as in training; it scores the same tokens and bytes as the model would.
 """
 import dataclasses
 import itertools
@@ -102,6 +107,9 @@ def add_eval_arguments(p):
     p.add_argument("--json", action="store_true", help="print JSON instead of the report")
     p.add_argument("--against", default=None, metavar="REF_DIR",
                    help="reference model: KL(ref || model) and top-1 agreement on --data")
+    p.add_argument("--bigram", nargs="+", default=None, metavar="TRAIN",
+                   help="score --data with a Kneser-Ney bigram counted on these training files instead "
+                        "(the model gives only its tokenizer): the baseline")
     g = p.add_argument_group("generative perplexity (--judge)")
     g.add_argument("--judge", default=None, metavar="AR_DIR", help="autoregressive model that scores the samples")
     g.add_argument("--samples", type=int, default=16, help="samples per setting (default 16)")
@@ -311,6 +319,43 @@ def mdm_likelihood(model, stories, k=8, seed=0, limit=None):
 
 
 # ---------------------------------------------------------------------------------------------
+# --bigram: the baseline
+
+def kneser_ney_bigram(train, V, discount=0.75):
+    """p(w | v) for arrays of contexts v and next tokens w, from a token stream train [N]:
+        p(w | v) = max(c(v,w) - D, 0) / c(v) + D N1+(v .) / c(v) * p_cont(w),
+        p_cont(w) = (N1+(. w) + 1) / (N1+(. .) + V)   (distinct left contexts; +1 so unseen w > 0);
+    a context v never seen in training falls back to p_cont. Each row sums to 1 over w."""
+    pairs, counts = np.unique(train[:-1] * V + train[1:], return_counts=True)   # [P] sorted, [P]
+    c_v = np.bincount(train[:-1], minlength=V).astype(np.float64)               # [V] c(v)
+    n1_v = np.bincount(pairs // V, minlength=V).astype(np.float64)              # [V] N1+(v .)
+    p_cont = (np.bincount(pairs % V, minlength=V) + 1.0) / (len(pairs) + V)     # [V]
+
+    def prob(v, w):
+        at = np.minimum(np.searchsorted(pairs, v * V + w), len(pairs) - 1)
+        c_vw = np.where(pairs[at] == v * V + w, counts[at], 0)
+        seen = c_v[v] > 0
+        cv = np.where(seen, c_v[v], 1.0)
+        return np.where(seen, np.maximum(c_vw - discount, 0) / cv + discount * n1_v[v] / cv * p_cont[w], p_cont[w])
+    return prob
+
+
+def bigram_likelihood(model, train_stories, stories, limit=None):
+    """The Kneser-Ney bigram's NLL of stories[:limit], counted on train_stories joined by EOT as in
+    training, scored like ar_likelihood (same tokens, same bytes)."""
+    t0 = time.perf_counter()
+    eot = boundary_id(model)
+    train = np.array([eot] + [i for st in train_stories for i in
+                              model.tokenizer.encode(st, add_special_tokens=False) + [eot]], np.int64)
+    prob = kneser_ney_bigram(train, model.config.vocab_size)
+    seqs = story_seqs(model, stories, limit)
+    nats = np.array([-np.log(prob(s.ids[s.first - 1:-1], s.ids[s.first:])).sum() for s in seqs])
+    tokens = np.array([len(s.ids) - s.first for s in seqs])
+    return Likelihood("bigram NLL", len(seqs), int(tokens.sum()), story_bytes(stories[:limit]), float(nats.sum()),
+                      ratio_se(nats, tokens), seconds=time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------
 # --against: KL(ref || model) and top-1 agreement
 
 @dataclasses.dataclass
@@ -453,8 +498,8 @@ def _check_args(args):
                         ("--samples", args.samples), ("--gen-length", args.gen_length)):
         if value is not None and value <= 0:
             raise UsageError(f"{flag} must be >= 1, got {value}")
-    if args.judge and args.against:
-        raise UsageError("give --judge or --against, not both")
+    if sum(x is not None for x in (args.judge, args.against, args.bigram)) > 1:
+        raise UsageError("give one of --judge, --against and --bigram")
 
 
 def run_eval(args):
@@ -465,7 +510,9 @@ def run_eval(args):
     if args.against:
         return _run_against(args, model)
     stories = _read_stories(args)
-    if model.config.causal:
+    if args.bigram:
+        result = bigram_likelihood(model, corpus.load_stories(args.bigram), stories, args.max_stories)
+    elif model.config.causal:
         result = ar_likelihood(model, stories, args.max_stories)
     else:
         result = mdm_likelihood(model, stories, args.samples_per_seq, args.seed,
@@ -527,7 +574,9 @@ def _pm(se):
 
 def likelihood_report(model, args, r, available):
     kind = "autoregressive" if model.config.causal else "masked diffusion"
-    lines = [f"model:  {model.path} ({kind}, {model.parameter_count():,} parameters)",
+    what = (f"Kneser-Ney bigram counted on {' '.join(args.bigram)}, tokenized by {model.path}" if args.bigram
+            else f"{model.path} ({kind}, {model.parameter_count():,} parameters)")
+    lines = [f"model:  {what}",
              f"data:   {args.data}: the first {r.stories} of {available} stories; {r.tokens:,} tokens scored "
              f"(each story and its end-of-text); {r.bytes:,} UTF-8 bytes (+1 per end-of-text)"]
     if r.bound == "ELBO":
