@@ -18,7 +18,8 @@ compared with cost.forward). `led.total()` sums the passes and the sampling in t
 
 A ledger sees only the thread that opened it: two threads generating at once each count their own.
 Ledgers nest: an inner ledger's costs are also booked in every ledger around it. With no ledger
-open, booking is one attribute lookup.
+open, booking is one attribute lookup; with one open, it appends to a list, and the sums are made
+when `passes` is read (booking sits in the decode loop; reading the ledger does not).
 """
 import threading
 
@@ -43,19 +44,14 @@ def _add(into, flops, nbytes):
 def begin_pass(tokens):
     """Opens a new pass entry in every open ledger (transformer.forward calls this first)."""
     for led in _open() or ():
-        led.passes.append({"tokens": tokens, **_empty(), "by_op": {}})
+        led._log.append((None, tokens))
 
 
 def book(op, cost):
     """Books one operation's cost, (flops, {byte kind: bytes}) as tinydiff.cost gives it, in the
     current pass of every open ledger."""
-    flops, nbytes = cost
     for led in _open() or ():
-        if not led.passes:
-            led.passes.append({"tokens": 0, **_empty(), "by_op": {}})
-        entry = led.passes[-1]
-        _add(entry, flops, nbytes)
-        _add(entry["by_op"].setdefault(op, _empty()), flops, nbytes)
+        led._log.append((op, cost))
 
 
 def book_sampling(cost):
@@ -71,8 +67,25 @@ def active():
 
 class Ledger:
     def __init__(self):
-        self.passes = []
+        self._log = []          # [(op, (flops, bytes))] as booked; op None: a new pass of `tokens` positions
+        self._passes = []       # the log summed up to _summed
+        self._summed = 0
         self.sampling = _empty()
+
+    @property
+    def passes(self):
+        """One dict per forward pass (module docstring); costs booked before any pass make one of 0 tokens."""
+        for op, cost in self._log[self._summed:]:
+            if op is None:
+                self._passes.append({"tokens": cost, **_empty(), "by_op": {}})
+                continue
+            if not self._passes:
+                self._passes.append({"tokens": 0, **_empty(), "by_op": {}})
+            entry = self._passes[-1]
+            _add(entry, *cost)
+            _add(entry["by_op"].setdefault(op, _empty()), *cost)
+        self._summed = len(self._log)
+        return self._passes
 
     def __enter__(self):
         if _open() is None:
@@ -85,8 +98,9 @@ class Ledger:
 
     def total(self):
         """All passes and the sampling summed, in the shape of one pass (tokens: positions processed)."""
-        total = {"tokens": sum(p["tokens"] for p in self.passes), **_empty(), "by_op": {}}
-        for p in self.passes:
+        passes = self.passes
+        total = {"tokens": sum(p["tokens"] for p in passes), **_empty(), "by_op": {}}
+        for p in passes:
             _add(total, p["flops"], p["bytes"])
             for op, cost in p["by_op"].items():
                 _add(total["by_op"].setdefault(op, _empty()), cost["flops"], cost["bytes"])
