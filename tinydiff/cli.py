@@ -20,7 +20,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_model_args(p):
     p.add_argument("-m", "--model", default=None,
-                   help="model folder (config.json, *.safetensors, tokenizer.json); default: the shipped model")
+                   help="model folder (config.json, *.safetensors, tokenizer.json) or .gguf file; "
+                        "default: the shipped model")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
 
 
@@ -132,6 +133,13 @@ def build_parser():
     i = sub.add_parser("info", help="architecture, parameter count and weight bytes per dtype")
     _add_model_args(i)
     i.set_defaults(run=cmd_info)
+
+    v = sub.add_parser("convert", help="write a Hugging Face model folder as a GGUF file (llama.cpp's format)")
+    v.add_argument("-m", "--model", required=True, help="Hugging Face model folder")
+    v.add_argument("--type", default="f16", choices=["f32", "f16", "bf16", "q8_0", "q4_0"],
+                   help="type of the weight matrices; norms stay f32 (default f16)")
+    v.add_argument("-o", "--output", required=True, help="the .gguf file to write")
+    v.set_defaults(run=cmd_convert)
     return parser
 
 
@@ -312,10 +320,22 @@ def cmd_train(args):
     run_train(args)
 
 
+def cmd_convert(args):
+    from .gguf import convert
+    try:
+        fallbacks = convert(args.model, args.output, args.type)
+    except OSError as e:
+        raise UsageError(f"{args.output}: cannot write ({e.strerror})") from None
+    if fallbacks:   # llama.cpp's converter does the same, with the same warning
+        print(f"note: {len(fallbacks)} matrices with rows that are not whole {args.type} blocks of 32 are "
+              f"stored as f16 ({', '.join(fallbacks[:3])}{', ...' if len(fallbacks) > 3 else ''})", file=sys.stderr)
+    print(f"wrote {args.output}")
+
+
 def cmd_info(args):
     model = load_model(args)
     c = model.config
-    print(f"model:        {args.model}")
+    print(f"model:        {model.path}")
     print(f"architecture: {c.model_type}, {'causal' if c.causal else 'bidirectional (masked diffusion)'}")
     print(f"layers {c.num_hidden_layers}, hidden {c.hidden_size}, heads {c.num_attention_heads} "
           f"(kv {c.num_key_value_heads}, head_dim {c.head_dim}), mlp {c.intermediate_size}, "

@@ -119,7 +119,7 @@ def config_from_dict(raw, where="config.json"):
         mask_token_id=_token_id(raw, "mask_token_id", where),
         dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
     )
-    _check_shapes(cfg, where)
+    check_shapes(cfg, where)
     return cfg
 
 
@@ -183,7 +183,7 @@ def _token_id(raw, key, where):
     return ids[0] if ids else None
 
 
-def _check_shapes(cfg, where):
+def check_shapes(cfg, where):
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                 "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"):
         if getattr(cfg, key) <= 0:

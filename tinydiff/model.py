@@ -7,10 +7,11 @@ import os
 
 import numpy as np
 
-from . import diffusion, kernels
+from . import diffusion, kernels, quant
 from .config import load_config
 from .errors import ModelError, UsageError
 from .generate import Timings, decode_tokens, fit_context, stream_text
+from .gguf import load_gguf
 from .safetensors import load_checkpoint
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
@@ -41,7 +42,8 @@ def default_model_path(mode="ar"):
 
 
 def load(path, threads=None):
-    """Loads a Hugging Face checkpoint folder: config.json, *.safetensors, tokenizer.json.
+    """Loads a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json) or a
+    GGUF file (llama.cpp's format; weights stay in their stored type: gguf.py).
 
     threads: the kernels' thread count (default: TINYDIFF_THREADS, else the physical cores)."""
     if threads is not None:
@@ -49,8 +51,13 @@ def load(path, threads=None):
     elif os.environ.get("TINYDIFF_THREADS"):
         env = os.environ["TINYDIFF_THREADS"].strip()
         set_threads(int(env) if env.isdigit() else env, where="TINYDIFF_THREADS")
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        config, weights, tokenizer, stored = load_gguf(path)
+        return Model(config, weights, tokenizer, path, stored)
     if not os.path.isdir(path):
-        raise ModelError(f"{path}: not a model folder (expected config.json, model.safetensors, tokenizer.json)")
+        raise ModelError(f"{path}: not a model folder (config.json, model.safetensors, tokenizer.json) "
+                         "or a .gguf file")
     config = load_config(path)
     ckpt = load_checkpoint(path)
     weights = load_weights(config, ckpt)
@@ -72,7 +79,7 @@ def stored_bytes(ckpt):
 class Model:
     def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None):
         self.config = config
-        self.stored_bytes = stored_bytes or {}     # {"F32": bytes, ...} as in the checkpoint
+        self.stored_bytes = stored_bytes or {}     # {"F32": bytes, "Q8_0": ...} as in the checkpoint
         self.weights = weights
         self.tokenizer = tokenizer
         self.path = path
@@ -196,7 +203,8 @@ class Model:
     # -- what it is -------------------------------------------------------------------------
 
     def parameter_count(self):
-        return sum(a.size for a in self._arrays())
+        """Weights, not storage units: a Q8_0 array [m, k/32] holds m*k of them."""
+        return sum(a.size * (quant.QK if quant.is_blocked(a) else 1) for a in self._arrays())
 
     def _arrays(self):
         w = self.weights

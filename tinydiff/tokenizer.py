@@ -23,6 +23,57 @@ BPE_CACHE_SIZE = 1 << 16  # pre-tokens whose BPE result is kept (cleared when fu
 BOS_NAMES = ("<|begin_of_text|>", "<s>", "<|startoftext|>", "<bos>")
 EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "</s>", "<|eot_id|>", "<eos>")
 
+# GGUF (llama.cpp) stores a byte-level BPE as tokenizer.ggml.model "gpt2": the token list, a type
+# per token (llama_token_type), the merges as "a b" strings, and tokenizer.ggml.pre, a name for the
+# pre-tokenizer whose regexes llama.cpp hard-codes (llama-vocab.cpp). For each name tinydiff
+# supports, the tokenizer.json parts that models of that family carry (llama.cpp's regexes are
+# rewrites of them): (normalizer, pre_tokenizer, BPE ignore_merges). A file without the key, or
+# with "default", is taken as GPT-2.
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def _byte_level(use_regex):
+    return {"type": "ByteLevel", "add_prefix_space": False, "use_regex": use_regex}
+
+
+def _regex_then_bytes(pattern):
+    return {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}, _byte_level(False)]}
+
+
+GGUF_PRE = {
+    "gpt-2": (None, _byte_level(True), False),
+    "llama-bpe": (None, _regex_then_bytes(LLAMA3_PATTERN), True),
+    "qwen2": ({"type": "NFC"}, _regex_then_bytes(QWEN2_PATTERN), False),
+    "smollm": (None, {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                                            _byte_level(True)]}, False),
+}
+
+
+def _canonical(part):
+    """A tokenizer.json part with defaults filled in and trim_offsets (offsets only) dropped."""
+    if isinstance(part, list):
+        return [_canonical(p) for p in part]
+    if not isinstance(part, dict):
+        return part
+    out = {k: _canonical(v) for k, v in part.items() if k != "trim_offsets"}
+    if out.get("type") == "ByteLevel":
+        out = {"add_prefix_space": True, "use_regex": True, **out}
+    if out.get("type") == "Split":
+        out.setdefault("invert", False)
+    return out
+
+
+def gguf_pre_name(spec):
+    """The tokenizer.ggml.pre name of a tokenizer.json's normalizer + pre-tokenizer, or None."""
+    ours = (_canonical(spec.get("normalizer")), _canonical(spec.get("pre_tokenizer")),
+            bool(spec["model"].get("ignore_merges", False)))
+    return next((name for name, parts in GGUF_PRE.items()
+                 if (_canonical(parts[0]), _canonical(parts[1]), parts[2]) == ours), None)
+
 
 class _Unsupported(ValueError):
     """A component we do not implement; becomes a ModelError naming the file."""
@@ -71,6 +122,8 @@ def _pre_tokenizers(spec):
         else:
             regex = compile_regex(_escape_literal(pattern["String"]))
         return [Split(regex, spec["behavior"], spec.get("invert", False))]
+    if kind == "Digits":  # Rust's char::is_numeric is \p{N}
+        return [Split(compile_regex(r"\p{N}"), "Isolated" if spec.get("individual_digits") else "Contiguous")]
     raise _Unsupported(f"pre_tokenizer {kind}")
 
 
@@ -252,6 +305,8 @@ class Tokenizer:
                 text = self.normalize(text)
             self.tokens[entry["id"]] = text
         self.prefix_ids, self.suffix_ids = _post_processor(spec.get("post_processor"))
+        self.pre_name = gguf_pre_name(spec)  # what GGUF calls the pre-tokenizer, None if it has no name
+        self.added_entries = entries
         self._bpe_cache = {}                 # pre-token -> ids
         self._bytes_cache = {}               # id -> bytes
 
@@ -269,16 +324,100 @@ class Tokenizer:
         except json.JSONDecodeError as e:
             where = f"line {e.lineno} column {e.colno}"
             raise ModelError(f"{path}: tokenizer is not valid JSON: {e.msg} at {where}") from None
+        if not isinstance(spec, dict):
+            raise ModelError(f"{path}: bad tokenizer: top level is not a JSON object")
+        return cls._build(spec, path)
+
+    @classmethod
+    def _build(cls, spec, where):
         try:
-            if not isinstance(spec, dict):
-                raise ValueError("top level is not a JSON object")
             return cls(spec)
         except _Unsupported as e:
-            raise ModelError(f"{path}: unsupported tokenizer component: {e}") from None
+            raise ModelError(f"{where}: unsupported tokenizer component: {e}") from None
         except KeyError as e:
-            raise ModelError(f"{path}: bad tokenizer: missing or unknown key {e}") from None
+            raise ModelError(f"{where}: bad tokenizer: missing or unknown key {e}") from None
         except (TypeError, ValueError, AttributeError, IndexError) as e:
-            raise ModelError(f"{path}: bad tokenizer: {e}") from None
+            raise ModelError(f"{where}: bad tokenizer: {e}") from None
+
+    @classmethod
+    def from_gguf(cls, meta, where):
+        """The tokenizer a GGUF file's tokenizer.ggml.* keys describe, the same one the
+        tokenizer.json it was made from gives: control and user-defined tokens are added tokens
+        (special for control), unused ones are holes, add_bos_token/add_eos_token the template."""
+        key = "tokenizer.ggml."
+
+        def get(name, kind, default=None):
+            value = meta.get(key + name, default)
+            ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+            if kind is list and ok:
+                item = str if name in ("tokens", "merges") else int
+                ok = all(isinstance(v, item) and not isinstance(v, bool) for v in value)
+            if value is None or not ok:
+                raise ModelError(f"{where}: {key}{name} missing or not a {'list' if kind is list else kind.__name__}")
+            return value
+
+        if get("model", str, "") != "gpt2":
+            raise ModelError(f"{where}: {key}model {meta.get(key + 'model')!r} not supported "
+                             "(only 'gpt2', a byte-level BPE)")
+        pre = get("pre", str, "default")
+        pre = "gpt-2" if pre == "default" else pre
+        if pre not in GGUF_PRE:
+            raise ModelError(f"{where}: {key}pre {pre!r} not supported (supported: {', '.join(GGUF_PRE)})")
+        tokens = get("tokens", list)
+        types = get("token_type", list, [NORMAL] * len(tokens))
+        if len(types) != len(tokens):
+            raise ModelError(f"{where}: {key}token_type has {len(types)} entries for {len(tokens)} tokens")
+        vocab, added = {}, []
+        for i, (text, kind) in enumerate(zip(tokens, types)):
+            if kind == UNUSED:
+                continue
+            vocab.setdefault(text, i)
+            if kind in (CONTROL, USER_DEFINED):
+                added.append({"id": i, "content": text, "special": kind == CONTROL, "normalized": False})
+        normalizer, pre_tokenizer, ignore_merges = GGUF_PRE[pre]
+        unk = get("unknown_token_id", int, -1)
+        model = {"type": "BPE", "vocab": vocab, "merges": get("merges", list, []), "ignore_merges": ignore_merges,
+                 "unk_token": tokens[unk] if 0 <= unk < len(tokens) else None}
+        tok = cls._build({"model": model, "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
+                          "decoder": {"type": "ByteLevel"}, "added_tokens": added}, where)
+        for flag, name, ids in (("add_bos_token", "bos_token_id", tok.prefix_ids),
+                                ("add_eos_token", "eos_token_id", tok.suffix_ids)):
+            if meta.get(key + flag) is True:
+                ids.append(get(name, int))
+        return tok
+
+    def gguf_metadata(self, vocab_size, where):
+        """tokenizer.ggml.* {key: (GGUF value type, value)} for this tokenizer, its token list
+        padded to vocab_size with unused "[PAD<id>]" as llama.cpp's converter does. What GGUF
+        cannot say (a pre-tokenizer llama.cpp has no name for, added-token flags) is an error."""
+        if self.pre_name is None:
+            raise ModelError(f"{where}: this pre-tokenizer has no tokenizer.ggml.pre name tinydiff knows "
+                             f"({', '.join(GGUF_PRE)})")
+        for e in self.added_entries:
+            flags = [k for k in ("lstrip", "rstrip", "single_word") if e.get(k)]
+            if flags or (e.get("normalized") and self.normalize):
+                raise ModelError(f"{where}: added token {e['content']!r} is {(flags or ['normalized'])[0]}, "
+                                 "which GGUF cannot carry")
+        if self.fuse_unk:
+            raise ModelError(f"{where}: BPE fuse_unk cannot be carried by GGUF")
+        tokens, types, added = [], [], set(self.added.values())
+        for i in range(vocab_size):
+            text = self.id_to_token(i)
+            tokens.append(f"[PAD{i}]" if text is None else text)
+            types.append(UNUSED if text is None else NORMAL if i not in added
+                         else CONTROL if i in self.special_ids else USER_DEFINED)
+        by_id = {i: text for text, i in self.vocab.items()}
+        pairs = [(by_id[a], by_id[b]) for (a, b), _ in sorted(self.merges.items(), key=lambda m: m[1][0])]
+        spaced = next((p for p in pairs if " " in p[0] + p[1]), None)
+        if spaced:   # GGUF spells a merge "a b": a space inside a token would make it ambiguous
+            raise ModelError(f"{where}: the merge {spaced!r} has a space inside a token, which GGUF cannot spell")
+        merges = [f"{a} {b}" for a, b in pairs]
+        meta = {"tokenizer.ggml.model": ("string", "gpt2"), "tokenizer.ggml.pre": ("string", self.pre_name),
+                "tokenizer.ggml.tokens": ("array[string]", tokens), "tokenizer.ggml.token_type": ("array[int32]", types),
+                "tokenizer.ggml.merges": ("array[string]", merges)}
+        if self.unk_id is not None:
+            meta["tokenizer.ggml.unknown_token_id"] = ("uint32", self.unk_id)
+        return meta
 
     # --- encoding ---
 

@@ -3,8 +3,10 @@
 Field names are the Hugging Face checkpoint keys (model.layers.{i}.self_attn.q_proj.weight, ...);
 the tables below give each layout's key for each field, so a reader can grep a key from the file
 and find where it lands. Every matrix keeps HF's [out, in]
-layout, which is what the matmul kernel expects: y = x @ W.T. F32 tensors are views of the mmap
-(zero copy); F16/BF16 tensors are widened to f32 once, at load.
+layout, which is what the matmul kernel expects: y = x @ W.T. From safetensors, F32 tensors are
+views of the mmap (zero copy) and F16/BF16 ones are widened to f32 once, at load. From GGUF, every
+matrix stays in its stored type (f32, f16, bf16, q8_0, q4_0: quant.py), a view of the mmap, except
+attn_q/attn_k, whose rows are put back in HF's order (a copy, in the same type).
 """
 from dataclasses import dataclass
 from typing import List, Optional
@@ -57,10 +59,21 @@ LLADA_NAMES = dict(
     q_bias="q_proj.bias", k_bias="k_proj.bias", v_bias="v_proj.bias", o_bias="attn_out.bias",
 )
 
+# llama.cpp's names in a GGUF file (gguf-py constants.py, TENSOR_NAMES); its Q/K rows are permuted
+# for RoPE, which gguf.py undoes.
+GGUF_NAMES = dict(
+    embed_tokens="token_embd.weight", norm="output_norm.weight", lm_head="output.weight", layer="blk.{i}.",
+    input_layernorm="attn_norm.weight", post_attention_layernorm="ffn_norm.weight",
+    q_proj="attn_q.weight", k_proj="attn_k.weight", v_proj="attn_v.weight", o_proj="attn_output.weight",
+    gate_proj="ffn_gate.weight", up_proj="ffn_up.weight", down_proj="ffn_down.weight",
+    q_bias="attn_q.bias", k_bias="attn_k.bias", v_bias="attn_v.bias", o_bias="attn_output.bias",
+)
 
-def load_weights(cfg, ckpt):
-    """Carves a checkpoint into Weights, checking that every tensor is there with its shape."""
-    names = LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES
+
+def load_weights(cfg, ckpt, names=None):
+    """Carves a checkpoint (safetensors, or a GGUF file with names=GGUF_NAMES) into Weights,
+    checking that every tensor is there with its shape."""
+    names = names or (LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES)
     d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
 
     def layer(i):

@@ -1,0 +1,635 @@
+"""GGUF, llama.cpp's single-file model format: a reader, a writer, and the mapping between a GGUF
+file and tinydiff's Config, Weights and Tokenizer. From the format description (ggml docs/gguf.md)
+with numpy and the standard library only.
+
+    u32 magic "GGUF" | u32 version (3; 2 has the same layout) | u64 tensor_count | u64 kv_count
+    kv_count     x  string key, u32 value_type, value
+    tensor_count x  string name, u32 n_dims, u64 ne[n_dims], u32 ggml_type, u64 offset
+    zero padding to general.alignment (default 32)
+    tensor data: tensor i at data_start + offset_i, each offset a multiple of the alignment
+
+Little-endian throughout. string = u64 byte length + UTF-8; array = u32 element type + u64 count +
+the elements. ne[0] is the fastest-varying dimension (a row's length), so a numpy shape is ne
+reversed. A block type stores each row of k weights as k/32 blocks, so its array is [..., k/32]
+of quant.Q8_0 / quant.Q4_0: byte for byte ggml's layout, a view of the mapped file.
+
+The reader checks everything before it builds an array: every length and count against the file
+size, the alignment, each tensor's type, dims and byte range; no file can make it read outside the
+map. Every problem is one ModelError line naming the file and what is wrong.
+
+Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.py):
+  - keys: general.architecture ("llama" or "qwen2"), {arch}.context_length, .embedding_length,
+    .block_count, .feed_forward_length, .attention.head_count, .attention.head_count_kv,
+    .attention.key_length (head_dim), .rope.freq_base, .attention.layer_norm_rms_epsilon;
+    tokenizer.ggml.* for the tokenizer (tokenizer.py, Tokenizer.from_gguf).
+  - tensors: token_embd, blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm /
+    ffn_gate / ffn_up / ffn_down, output_norm, output (absent when tied): weights.GGUF_NAMES.
+  - llama.cpp's "llama" RoPE rotates adjacent pairs where Hugging Face rotates the two halves of a
+    head, so its converter permutes the rows of attn_q and attn_k (weights and biases) within each
+    head. tinydiff undoes that at load (our RoPE is HF's) and redoes it when writing. Qwen2 files
+    are not permuted: llama.cpp runs that architecture with HF's RoPE.
+  - Masked-diffusion models with a Llama layout (config.json "is_causal": false, "mask_token_id")
+    are written as architecture "llama" with llama.attention.causal = false and
+    tokenizer.ggml.mask_token_id: llama.cpp's own keys for those two facts (its LLaDA converter
+    writes them), rather than tinydiff-only keys, so the file says what the model is to any reader.
+"""
+import math
+import mmap
+import os
+import struct
+from collections import namedtuple
+
+import numpy as np
+
+from . import quant
+from .errors import ModelError, UsageError
+from .safetensors import _show, _write_atomically
+
+MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4              # GGML_MAX_DIMS
+MAX_NAME = 64             # the spec's limit on a tensor name, in bytes
+MAX_NESTING = 3           # arrays of arrays: the spec allows them, nobody needs them deep
+QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION: the block layouts of Q8_0 and Q4_0 used here
+
+# gguf_metadata_value_type: code -> (name, struct format; None for string and array)
+VALUE_TYPES = {
+    0: ("uint8", "<B"), 1: ("int8", "<b"), 2: ("uint16", "<H"), 3: ("int16", "<h"),
+    4: ("uint32", "<I"), 5: ("int32", "<i"), 6: ("float32", "<f"), 7: ("bool", "<B"),
+    8: ("string", None), 9: ("array", None), 10: ("uint64", "<Q"), 11: ("int64", "<q"),
+    12: ("float64", "<d"),
+}
+VALUE_CODES = {name: code for code, (name, _) in VALUE_TYPES.items()}
+INT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64")
+
+# ggml_type: code -> (name, weights per block, bytes per block), for every type a GGUF file may
+# hold (gguf-py's GGML_QUANT_SIZES), so any file's byte ranges can be checked.
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
+}
+# The ones tinydiff computes with; quant.py names them in lower case.
+STORAGE = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
+GGML_CODES = {GGML_TYPES[code][0]: code for code in GGML_TYPES}
+# llama_ftype of a file mostly of one type (general.file_type)
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
+
+TensorInfo = namedtuple("TensorInfo", "name type ne offset nbytes")  # type: ggml code; ne: dims as stored
+
+
+def _fail(path, what):
+    raise ModelError(f"{_show(os.fspath(path))}: {what}")
+
+
+def _pad(n, alignment):
+    return -n % alignment
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+class GGUFFile:
+    """One GGUF file, mapped read-only. metadata: key -> value (int, float, bool, str or list);
+    value_types: key -> "uint32", "string", "array[string]", ...; arrays come back as views into
+    the map (F32 and F16 as float32/float16, the rest as quant.py's dtypes)."""
+
+    def __init__(self, path, buf, version, metadata, value_types, tensors, alignment, data_start):
+        self.path = path
+        self.version = version
+        self.metadata = metadata
+        self.value_types = value_types
+        self.tensors = tensors            # name -> TensorInfo, in file order
+        self.alignment = alignment
+        self.data_start = data_start      # file offset of the data section
+        self._buf = buf
+
+    @property
+    def names(self):
+        return list(self.tensors)
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    def _info(self, name):
+        if name not in self.tensors:
+            _fail(self.path, f"tensor {_show(name)} missing")
+        return self.tensors[name]
+
+    def type_name(self, name):
+        """"F32", "Q8_0", ... as llama.cpp spells ggml types."""
+        return GGML_TYPES[self._info(name).type][0]
+
+    def shape(self, name):
+        """The numpy shape in weights (ne reversed), whatever the storage type."""
+        return tuple(reversed(self._info(name).ne))
+
+    def raw(self, name):
+        """A read-only view of the tensor in its stored type: [..., k] for F32/F16/BF16,
+        [..., k/32] blocks for Q8_0/Q4_0."""
+        t = self._info(name)
+        type_name, block, _ = GGML_TYPES[t.type]
+        if type_name not in STORAGE:
+            _fail(self.path, f"tensor {_show(name)}: type {type_name} not supported "
+                             f"(tinydiff reads {', '.join(STORAGE)})")
+        dtype = quant.TYPES[type_name.lower()]
+        shape = self.shape(name)
+        shape = shape[:-1] + (shape[-1] // block,) if shape else shape
+        a = np.frombuffer(self._buf, dtype=dtype, count=t.nbytes // dtype.itemsize,
+                          offset=self.data_start + t.offset).reshape(shape)
+        return a if a.flags.aligned else a.copy()   # a custom alignment below 4 can misalign floats
+
+    def expect(self, name, shape):
+        """The tensor after checking it exists with this shape: a matrix in its stored type (never
+        widened), a vector (norms, biases) as float32, which is all the kernels take for them."""
+        got, want = self.shape(name), tuple(int(d) for d in shape)
+        if got != want:
+            _fail(self.path, f"tensor {_show(name)} has shape {got}, expected {want}")
+        a = self.raw(name)
+        return quant.dequantize(a) if len(want) == 1 else a
+
+    def stored_bytes(self):
+        """Bytes of the tensors per ggml type name."""
+        total = {}
+        for t in self.tensors.values():
+            name = GGML_TYPES[t.type][0]
+            total[name] = total.get(name, 0) + t.nbytes
+        return total
+
+
+class _Reader:
+    """A cursor over the mapped file that checks every read against its end."""
+
+    def __init__(self, path, buf):
+        self.path, self.buf, self.pos, self.size = path, buf, 0, len(buf)
+
+    def fail(self, what):
+        _fail(self.path, what)
+
+    def take(self, n, what):
+        if n > self.size - self.pos:
+            self.fail(f"{what} at byte {self.pos} needs {n} bytes but the file ends at {self.size}; truncated?")
+        start, self.pos = self.pos, self.pos + n
+        return start
+
+    def scalar(self, fmt, what):
+        return struct.unpack_from(fmt, self.buf, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what):
+        n = self.scalar("<Q", f"{what}'s length")
+        if n > self.size - self.pos:
+            self.fail(f"{what}: string length {n} at byte {self.pos - 8} runs past the end of the {self.size}-byte file")
+        start = self.take(n, what)
+        try:
+            return bytes(self.buf[start:start + n]).decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.fail(f"{what}: string at byte {start} is not valid UTF-8 (byte {start + e.start})")
+
+    def value(self, code, what, depth=0):
+        """One metadata value of type `code` -> (value, type name)."""
+        if code not in VALUE_TYPES:
+            self.fail(f"{what}: unknown value type {code}")
+        name, fmt = VALUE_TYPES[code]
+        if name == "string":
+            return self.string(what), name
+        if name == "array":
+            return self.array(what, depth)
+        v = self.scalar(fmt, what)
+        if name == "bool":
+            if v > 1:
+                self.fail(f"{what}: bool value {v} is neither 0 nor 1")
+            v = bool(v)
+        return v, name
+
+    def array(self, what, depth):
+        if depth >= MAX_NESTING:
+            self.fail(f"{what}: arrays nested over {MAX_NESTING} deep")
+        code = self.scalar("<I", f"{what}'s element type")
+        n = self.scalar("<Q", f"{what}'s length")
+        if code not in VALUE_TYPES:
+            self.fail(f"{what}: unknown array element type {code}")
+        name, fmt = VALUE_TYPES[code]
+        least = 8 if name == "string" else 12 if name == "array" else struct.calcsize(fmt)
+        if n > (self.size - self.pos) // least:   # before looping: a lying count fails here, fast
+            self.fail(f"{what}: array of {n} {name} values at byte {self.pos - 12} cannot fit in the "
+                      f"{self.size}-byte file; truncated?")
+        if fmt is not None and name != "bool":
+            values = np.frombuffer(self.buf, np.dtype(fmt), n, self.take(n * least, what)).tolist()
+            return values, f"array[{name}]"
+        items = [self.value(code, f"{what}[{i}]", depth + 1) for i in range(n)]
+        inner = items[0][1] if items else name
+        return [v for v, _ in items], f"array[{inner}]"
+
+
+def open_gguf(path):
+    """Maps and validates a GGUF file (version 2 or 3, little-endian)."""
+    path = os.fspath(path)
+    r = _Reader(path, _map_file(path))
+    if bytes(r.buf[:4]) != MAGIC:
+        r.fail(f"not a GGUF file (starts with {bytes(r.buf[:4])!r}, expected {MAGIC!r})")
+    r.pos = 4
+    version = r.scalar("<I", "version")
+    if version not in (2, 3):
+        if version & 0xFFFF == 0 and version >> 16:       # a byte-swapped small number
+            r.fail("big-endian GGUF files are not supported")
+        r.fail(f"GGUF version {version} not supported (only 2 and 3)")
+    n_tensors = r.scalar("<Q", "tensor count")
+    n_kv = r.scalar("<Q", "metadata count")
+    # the smallest metadata entry is 13 bytes, the smallest tensor info 24: a count that lies
+    # about more than the file can hold fails here, before any loop or allocation
+    if n_kv > r.size // 13 or n_tensors > r.size // 24 or n_kv * 13 + n_tensors * 24 > r.size - r.pos:
+        r.fail(f"{n_tensors} tensors and {n_kv} metadata entries cannot fit in the {r.size}-byte file")
+    metadata, value_types = _read_metadata(r, n_kv)
+    alignment = _alignment(r, metadata, value_types)
+    tensors = _read_tensor_infos(r, n_tensors, alignment)
+    data_start = r.pos + _pad(r.pos, alignment)
+    if data_start > r.size:
+        r.fail(f"the data section would start at byte {data_start}, past the end of the {r.size}-byte file")
+    if any(r.buf[r.pos:data_start]):
+        r.fail(f"bytes {r.pos}..{data_start} after the tensor infos are not zero padding; "
+               f"is the tensor count ({n_tensors}) right?")
+    _check_data_ranges(r, tensors, data_start)
+    return GGUFFile(path, r.buf, version, metadata, value_types, tensors, alignment, data_start)
+
+
+def _map_file(path):
+    if not os.path.exists(path):
+        _fail(path, "file not found")
+    if not os.path.isfile(path):
+        _fail(path, "not a regular file")
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 24:
+                _fail(path, f"file is {size} bytes, too short for a GGUF header")
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        _fail(path, f"cannot read: {e.strerror}")
+
+
+def _read_metadata(r, n_kv):
+    metadata, value_types = {}, {}
+    for i in range(n_kv):
+        key = r.string(f"metadata key {i}")
+        if key in metadata:
+            r.fail(f"metadata key {_show(key)} appears twice")
+        code = r.scalar("<I", f"metadata {_show(key)}'s type")
+        metadata[key], value_types[key] = r.value(code, f"metadata {_show(key)}")
+    return metadata, value_types
+
+
+def _alignment(r, metadata, value_types):
+    if "general.alignment" not in metadata:
+        return DEFAULT_ALIGNMENT
+    a = metadata["general.alignment"]
+    if value_types["general.alignment"] != "uint32" or a == 0 or a & (a - 1):
+        r.fail(f"general.alignment should be a uint32 power of two, got {value_types['general.alignment']} {a!r}")
+    return a
+
+
+def _read_tensor_infos(r, n_tensors, alignment):
+    tensors = {}
+    for i in range(n_tensors):
+        name = r.string(f"tensor {i}'s name")
+        where = f"tensor {_show(name)}"
+        if len(name.encode("utf-8")) > MAX_NAME:
+            r.fail(f"{where}: name longer than {MAX_NAME} bytes")
+        if name in tensors:
+            r.fail(f"{where} appears twice")
+        n_dims = r.scalar("<I", f"{where}'s n_dims")
+        if n_dims > MAX_DIMS:
+            r.fail(f"{where}: {n_dims} dimensions (at most {MAX_DIMS})")
+        ne = tuple(r.scalar("<Q", f"{where}'s dimensions") for _ in range(n_dims))
+        code = r.scalar("<I", f"{where}'s type")
+        offset = r.scalar("<Q", f"{where}'s offset")
+        if code not in GGML_TYPES:
+            r.fail(f"{where}: unknown tensor type {code}")
+        type_name, block, size = GGML_TYPES[code]
+        if ne and ne[0] % block:
+            r.fail(f"{where}: rows of {ne[0]} weights are not whole {type_name} blocks of {block}")
+        n = 1
+        for d in ne:
+            n *= d
+        if any(d >= 2**63 for d in ne) or n // block * size >= 2**63:
+            r.fail(f"{where}: dimensions {list(ne)} are absurdly large")
+        if offset % alignment:
+            r.fail(f"{where}: offset {offset} is not a multiple of the alignment {alignment}")
+        tensors[name] = TensorInfo(name, code, ne, offset, n // block * size)
+    return tensors
+
+
+def _check_data_ranges(r, tensors, data_start):
+    """Each tensor inside the file, none overlapping another."""
+    data_len = r.size - data_start
+    prev = None
+    for t in sorted(tensors.values(), key=lambda t: (t.offset, t.nbytes)):
+        if t.offset > data_len or t.nbytes > data_len - t.offset:
+            r.fail(f"tensor {_show(t.name)}: data [{t.offset}, {t.offset + t.nbytes}) runs past the end of "
+                   f"the {data_len}-byte data section; truncated?")
+        if prev is not None and t.offset < prev.offset + prev.nbytes:
+            r.fail(f"tensors {_show(prev.name)} and {_show(t.name)} overlap in the data section")
+        prev = t
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+# A tensor to write without holding it in memory first: its quant.py type name ("q8_0"), its shape
+# in weights, and a function that makes the array when it is written.
+Planned = namedtuple("Planned", "type shape make")
+
+
+def plan(a):
+    """An array as a Planned tensor."""
+    a = np.asarray(a)
+    shape = a.shape[:-1] + (quant.columns(a),) if a.ndim else a.shape
+    return Planned(quant.type_of(a), shape, lambda: a)
+
+
+def _nbytes(p):
+    _, block, size = GGML_TYPES[GGML_CODES[p.type.upper()]]
+    return math.prod(p.shape) // block * size
+
+
+def write_gguf(path, metadata, tensors, alignment=DEFAULT_ALIGNMENT):
+    """Writes a GGUF v3 file: metadata {key: (value type, value)} in order, value types named as
+    VALUE_TYPES ("uint32", "string", "array[string]", ...); tensors {name: array or Planned} in a
+    tinydiff weight type, each at an aligned offset. Written under a temporary name in the same
+    folder, then renamed into place: a crash never leaves a half-written file at path."""
+    metadata = dict(metadata)
+    if alignment != DEFAULT_ALIGNMENT:
+        metadata["general.alignment"] = ("uint32", alignment)
+    plans = {name: t if isinstance(t, Planned) else plan(t) for name, t in tensors.items()}
+    header = [MAGIC, struct.pack("<IQQ", 3, len(plans), len(metadata))]
+    for key, (kind, value) in metadata.items():
+        header += [_string(key), _value(kind, value, with_type=True)]
+    offset = 0
+    for name, p in plans.items():
+        ne = list(reversed(p.shape))
+        header += [_string(name), struct.pack(f"<I{len(ne)}QIQ", len(ne), *ne, GGML_CODES[p.type.upper()], offset)]
+        offset += _nbytes(p) + _pad(_nbytes(p), alignment)
+    head = b"".join(header)
+    _write_atomically(path, _chunks(head + bytes(_pad(len(head), alignment)), plans, alignment))
+
+
+def _chunks(head, plans, alignment):
+    yield head
+    for name, p in plans.items():
+        a = np.ascontiguousarray(p.make())
+        if quant.type_of(a) != p.type or a.nbytes != _nbytes(p):
+            raise ValueError(f"tensor {name}: made {a.dtype} {a.shape}, planned {p.type} {p.shape}")
+        yield a.reshape(-1).view(np.uint8)
+        yield bytes(_pad(a.nbytes, alignment))
+
+
+def _string(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _value(kind, value, with_type=False):
+    """The bytes of one metadata value (preceded by its type code when with_type)."""
+    if kind.startswith("array[") and kind.endswith("]"):
+        inner = kind[6:-1]
+        body = struct.pack("<IQ", VALUE_CODES["array" if inner.startswith("array[") else inner], len(value))
+        if inner in ("string", "bool") or inner.startswith("array["):
+            body += b"".join(_value(inner, v) for v in value)
+        else:
+            body += np.asarray(value, dtype=VALUE_TYPES[VALUE_CODES[inner]][1]).tobytes()
+        code = VALUE_CODES["array"]
+    else:
+        code = VALUE_CODES[kind]
+        body = _string(value) if kind == "string" else struct.pack(VALUE_TYPES[code][1], value)
+    return (struct.pack("<I", code) if with_type else b"") + body
+
+
+# ---------------------------------------------------------------------------------------------
+# Models: a GGUF file as tinydiff's Config, Weights and Tokenizer, and back
+
+
+ARCHITECTURES = ("llama", "qwen2")
+# Hugging Face model_type -> GGUF architecture, as llama.cpp's converter maps them (Mistral's
+# layout is Llama's)
+HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
+
+
+def load_gguf(path):
+    """(Config, Weights, Tokenizer, stored bytes per type) of a GGUF model file."""
+    from .tokenizer import Tokenizer
+    from .weights import GGUF_NAMES, load_weights
+    f = open_gguf(path)
+    config = config_from_gguf(f)
+    weights = load_weights(config, f, GGUF_NAMES)
+    if config.model_type == "llama":   # back to HF's row order, which our RoPE expects
+        H, KVH = config.num_attention_heads, config.num_key_value_heads
+        for lw in weights.layers:
+            lw.q_proj, lw.q_bias = permute_rows(lw.q_proj, H, True), permute_rows(lw.q_bias, H, True)
+            lw.k_proj, lw.k_bias = permute_rows(lw.k_proj, KVH, True), permute_rows(lw.k_bias, KVH, True)
+    tokenizer = Tokenizer.from_gguf(f.metadata, _show(path))
+    return config, weights, tokenizer, f.stored_bytes()
+
+
+def permute_rows(w, n_head, undo=False):
+    """llama.cpp's permute(w, n_head): within each head, row (half h, pair i) moves to (pair i,
+    half h), which makes HF's rotate-half RoPE llama.cpp's adjacent-pair one. A row permutation,
+    so it applies as well to block-quantized rows and to biases. None stays None."""
+    if w is None:
+        return None
+    split = (n_head, w.shape[0] // n_head // 2, 2) if undo else (n_head, 2, w.shape[0] // n_head // 2)
+    return np.ascontiguousarray(w.reshape(*split, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def config_from_gguf(f):
+    """The Config that a GGUF file's metadata describes; anything the engine does not implement
+    (RoPE scaling, partial RoPE, sliding windows, experts) is an error naming the key."""
+    from .config import Config, check_shapes
+    meta, kinds = f.metadata, f.value_types
+
+    def get(key, kind, default=None):
+        if key not in meta:
+            if default is None:
+                _fail(f.path, f"metadata key {key} missing")
+            return default
+        value, stored = meta[key], kinds[key]
+        ok = {int: stored in INT_TYPES, float: stored in INT_TYPES + ("float32", "float64"),
+              bool: stored == "bool", str: stored == "string"}[kind]
+        if not ok:
+            _fail(f.path, f"metadata {key} should be {kind.__name__}, got {stored} {_show(value)}")
+        return kind(value)
+
+    arch = get("general.architecture", str)
+    if arch not in ARCHITECTURES:
+        _fail(f.path, f"architecture {_show(arch)} not supported (supported: {', '.join(ARCHITECTURES)})")
+    a = arch + "."
+    _check_unsupported(f, a, get)
+    d = get(a + "embedding_length", int)
+    n_heads = get(a + "attention.head_count", int)
+    head_dim = get(a + "attention.key_length", int, 0) or (d // n_heads if n_heads else 0)
+    if get(a + "attention.value_length", int, head_dim) != head_dim:
+        _fail(f.path, f"{a}attention.value_length differs from the key length {head_dim}: not supported")
+    if get(a + "rope.dimension_count", int, head_dim) != head_dim:
+        _fail(f.path, f"{a}rope.dimension_count {meta[a + 'rope.dimension_count']} is not the head size "
+                      f"{head_dim}: partial RoPE is not supported")
+    theta, eps = get(a + "rope.freq_base", float, 10000.0), get(a + "attention.layer_norm_rms_epsilon", float)
+    if not (math.isfinite(theta) and theta > 0 and math.isfinite(eps) and eps >= 0):
+        _fail(f.path, f"{a}rope.freq_base {theta} or layer_norm_rms_epsilon {eps} is not a usable number")
+    vocab = _vocab_size(f, a, get)
+    tok = "tokenizer.ggml."
+    ids = {key: get(tok + key, int, -1) for key in ("bos_token_id", "eos_token_id", "eot_token_id",
+                                                    "eom_token_id", "mask_token_id")}
+    for key, i in ids.items():
+        if i >= vocab:
+            _fail(f.path, f"{tok}{key} {i} is outside the vocabulary of {vocab} tokens")
+    counts = {}
+    for t in f.tensors.values():
+        if len(t.ne) == 2:
+            counts[GGML_TYPES[t.type][0]] = counts.get(GGML_TYPES[t.type][0], 0) + 1
+    cfg = Config(
+        model_type=arch,
+        hidden_size=d,
+        num_hidden_layers=get(a + "block_count", int),
+        num_attention_heads=n_heads,
+        num_key_value_heads=get(a + "attention.head_count_kv", int, n_heads),
+        head_dim=head_dim,
+        intermediate_size=get(a + "feed_forward_length", int),
+        vocab_size=vocab,
+        max_position_embeddings=get(a + "context_length", int),
+        rope_theta=theta,
+        rms_norm_eps=eps,
+        tie_word_embeddings="output.weight" not in f,
+        qkv_bias="blk.0.attn_q.bias" in f,
+        o_bias="blk.0.attn_output.bias" in f,
+        causal=get(a + "attention.causal", bool, True),
+        bos_token_id=ids["bos_token_id"] if ids["bos_token_id"] >= 0 else None,
+        eos_token_ids=tuple(dict.fromkeys(ids[k] for k in ("eos_token_id", "eot_token_id", "eom_token_id")
+                                          if ids[k] >= 0)),
+        mask_token_id=ids["mask_token_id"] if ids["mask_token_id"] >= 0 else None,
+        dtype=max(counts, key=counts.get).lower() if counts else "f32",
+    )
+    check_shapes(cfg, _show(f.path))
+    return cfg
+
+
+def _check_unsupported(f, a, get):
+    scaling = get(a + "rope.scaling.type", str, "none")
+    if scaling != "none" or get(a + "rope.scale_linear", float, 1.0) != 1.0:
+        _fail(f.path, f"{a}rope.scaling.type {_show(scaling)}: RoPE scaling is not supported")
+    for key in ("attention.sliding_window", "expert_count"):
+        if get(a + key, int, 0):
+            _fail(f.path, f"{a}{key} {f.metadata[a + key]}: not supported")
+
+
+def _vocab_size(f, a, get):
+    """The token list's length (llama.cpp's n_vocab), else the embedding's rows."""
+    tokens = f.metadata.get("tokenizer.ggml.tokens")
+    n = len(tokens) if isinstance(tokens, list) else f.shape("token_embd.weight")[0]
+    if get(a + "vocab_size", int, n) != n:
+        _fail(f.path, f"{a}vocab_size {f.metadata[a + 'vocab_size']} differs from the {n} tokens of tokenizer.ggml.tokens")
+    return n
+
+
+def convert(src, out, wtype="f16"):
+    """Writes the Hugging Face checkpoint folder src as the GGUF file out, as llama.cpp's
+    convert_hf_to_gguf.py plus llama-quantize would: matrices (the token embedding too) in wtype,
+    vectors (norms, biases) in f32. A q8_0/q4_0 matrix whose rows are not whole 32-weight blocks is
+    stored as f16, as llama.cpp's converter falls back. Returns the names of those tensors.
+
+    GGUF has one eos_token_id: a config.json listing several EOS ids keeps the first."""
+    from .config import load_config
+    from .safetensors import load_checkpoint
+    from .tokenizer import Tokenizer
+    if wtype not in FILE_TYPES:
+        raise UsageError(f"unknown weight type {wtype!r}; choose one of {', '.join(FILE_TYPES)}")
+    cfg = load_config(src)
+    arch = HF_ARCHITECTURES.get(cfg.model_type)
+    if arch is None:
+        _fail(src, f"model_type {cfg.model_type} cannot be written as GGUF "
+                   f"(supported: {', '.join(HF_ARCHITECTURES)})")
+    ckpt = load_checkpoint(src)
+    tok_path = os.path.join(src, "tokenizer.json")
+    tok = Tokenizer.from_file(tok_path)
+    if tok.vocab_size > cfg.vocab_size:
+        _fail(src, f"tokenizer.json has {tok.vocab_size} tokens but the model's vocab_size is {cfg.vocab_size}")
+    metadata = {**_config_metadata(cfg, arch, wtype, os.path.basename(os.path.abspath(src))),
+                **tok.gguf_metadata(cfg.vocab_size, tok_path), **_special_tokens(cfg, tok, tok_path)}
+    tensors, fallbacks = _tensor_plans(cfg, ckpt, arch, wtype)
+    write_gguf(out, metadata, tensors)
+    return fallbacks
+
+
+def _config_metadata(cfg, arch, wtype, name):
+    a = arch + "."
+    meta = {
+        "general.architecture": ("string", arch), "general.name": ("string", name),
+        "general.file_type": ("uint32", FILE_TYPES[wtype]),
+        "general.quantization_version": ("uint32", QUANTIZATION_VERSION),
+        a + "vocab_size": ("uint32", cfg.vocab_size),
+        a + "context_length": ("uint32", cfg.max_position_embeddings),
+        a + "embedding_length": ("uint32", cfg.hidden_size),
+        a + "block_count": ("uint32", cfg.num_hidden_layers),
+        a + "feed_forward_length": ("uint32", cfg.intermediate_size),
+        a + "rope.dimension_count": ("uint32", cfg.head_dim),
+        a + "attention.head_count": ("uint32", cfg.num_attention_heads),
+        a + "attention.head_count_kv": ("uint32", cfg.num_key_value_heads),
+        a + "rope.freq_base": ("float32", cfg.rope_theta),
+        a + "attention.layer_norm_rms_epsilon": ("float32", cfg.rms_norm_eps),
+    }
+    if cfg.head_dim != cfg.hidden_size // cfg.num_attention_heads:
+        meta[a + "attention.key_length"] = meta[a + "attention.value_length"] = ("uint32", cfg.head_dim)
+    if not cfg.causal:
+        meta[a + "attention.causal"] = ("bool", False)
+    return meta
+
+
+def _special_tokens(cfg, tok, where):
+    """BOS/EOS/mask ids, and whether encoding adds BOS/EOS (the tokenizer's template)."""
+    if len(tok.prefix_ids) > 1 or len(tok.suffix_ids) > 1:
+        _fail(where, "the post-processor adds more than one token before or after the text, which "
+                     "GGUF's add_bos_token / add_eos_token cannot say")
+    bos = tok.prefix_ids[0] if tok.prefix_ids else cfg.bos_token_id
+    eos = tok.suffix_ids[0] if tok.suffix_ids else (cfg.eos_token_ids or (tok.eos_id,))[0]
+    k = "tokenizer.ggml."
+    meta = {k + "add_bos_token": ("bool", bool(tok.prefix_ids)), k + "add_eos_token": ("bool", bool(tok.suffix_ids))}
+    for key, i in (("bos_token_id", bos), ("eos_token_id", eos), ("mask_token_id", cfg.mask_token_id)):
+        if i is not None:
+            meta[k + key] = ("uint32", i)
+    return meta
+
+
+def _tensor_plans(cfg, ckpt, arch, wtype):
+    """{GGUF name: Planned} in llama.cpp's order, and the names stored as f16 instead of wtype."""
+    from .weights import GGUF_NAMES, HF_NAMES
+    d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
+    layer = dict(input_layernorm=(d,), q_proj=(qd, d), k_proj=(kvd, d), v_proj=(kvd, d), o_proj=(d, qd),
+                 post_attention_layernorm=(d,), gate_proj=(f, d), up_proj=(f, d), down_proj=(d, f))
+    if cfg.qkv_bias:
+        layer.update(q_bias=(qd,), k_bias=(kvd,), v_bias=(kvd,))
+    if cfg.o_bias:
+        layer.update(o_bias=(d,))
+    fields = [("embed_tokens", "", (V, d))]
+    fields += [(field, i, shape) for i in range(cfg.num_hidden_layers) for field, shape in layer.items()]
+    fields += [("norm", "", (d,))] + ([] if cfg.tie_word_embeddings else [("lm_head", "", (V, d))])
+    heads = {"q_proj": cfg.num_attention_heads, "q_bias": cfg.num_attention_heads,
+             "k_proj": cfg.num_key_value_heads, "k_bias": cfg.num_key_value_heads} if arch == "llama" else {}
+    plans, fallbacks = {}, []
+    for field, i, shape in fields:
+        def name(table):
+            return (table["layer"].format(i=i) if i != "" else "") + table[field]
+        t = "f32" if len(shape) == 1 else wtype
+        if t in ("q8_0", "q4_0") and shape[-1] % quant.QK:
+            t = "f16"
+            fallbacks.append(name(GGUF_NAMES))
+
+        def make(hf=name(HF_NAMES), shape=shape, t=t, n_head=heads.get(field)):
+            w = ckpt.expect(hf, shape)
+            return quant.quantize(permute_rows(w, n_head) if n_head else w, t)
+        plans[name(GGUF_NAMES)] = Planned(t, shape, make)
+    return plans, fallbacks
