@@ -681,6 +681,14 @@ def test_metadata_tinydiff_cannot_honour(tmp_path, base, kv, words):
     assert all(w in msg for w in words), msg
 
 
+def test_a_tensor_the_model_does_not_use(tmp_path, base):
+    """Llama 3.1 files carry rope_freqs.weight for their RoPE scaling: ignoring it would run
+    another model."""
+    kvs, tensors = base
+    msg = load_error(write(tmp_path, gguf_bytes(kvs, tensors + [("rope_freqs.weight", "F32", [4], bytes(16))])))
+    assert "rope_freqs.weight is not part of a llama model" in msg
+
+
 def test_a_missing_required_key(tmp_path, base):
     kvs, tensors = base
     kvs = [x for x in kvs if x[0] != "llama.feed_forward_length"]

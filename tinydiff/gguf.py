@@ -32,6 +32,10 @@ Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.p
     are written as architecture "llama" with llama.attention.causal = false and
     tokenizer.ggml.mask_token_id: llama.cpp's own keys for those two facts (its LLaDA converter
     writes them), rather than tinydiff-only keys, so the file says what the model is to any reader.
+  - convert() (`tinydiff convert`) writes what convert_hf_to_gguf.py plus llama-quantize would:
+    matrices in the chosen type, vectors f32, and f16 for a q8_0/q4_0 matrix whose rows are not
+    whole 32-weight blocks (the converter's own fallback). Loading refuses a tensor it would not
+    use (rope_freqs.weight, ...): ignoring one would run a different model.
 """
 import math
 import mmap
@@ -109,6 +113,7 @@ class GGUFFile:
         self.tensors = tensors            # name -> TensorInfo, in file order
         self.alignment = alignment
         self.data_start = data_start      # file offset of the data section
+        self.used = set()                 # the names expect() handed out
         self._buf = buf
 
     @property
@@ -153,6 +158,7 @@ class GGUFFile:
         if got != want:
             _fail(self.path, f"tensor {_show(name)} has shape {got}, expected {want}")
         a = self.raw(name)
+        self.used.add(name)
         return quant.dequantize(a) if len(want) == 1 else a
 
     def stored_bytes(self):
@@ -347,7 +353,7 @@ def _check_data_ranges(r, tensors, data_start):
 Planned = namedtuple("Planned", "type shape make")
 
 
-def plan(a):
+def _plan(a):
     """An array as a Planned tensor."""
     a = np.asarray(a)
     shape = a.shape[:-1] + (quant.columns(a),) if a.ndim else a.shape
@@ -367,7 +373,7 @@ def write_gguf(path, metadata, tensors, alignment=DEFAULT_ALIGNMENT):
     metadata = dict(metadata)
     if alignment != DEFAULT_ALIGNMENT:
         metadata["general.alignment"] = ("uint32", alignment)
-    plans = {name: t if isinstance(t, Planned) else plan(t) for name, t in tensors.items()}
+    plans = {name: t if isinstance(t, Planned) else _plan(t) for name, t in tensors.items()}
     header = [MAGIC, struct.pack("<IQQ", 3, len(plans), len(metadata))]
     for key, (kind, value) in metadata.items():
         header += [_string(key), _value(kind, value, with_type=True)]
@@ -428,6 +434,10 @@ def load_gguf(path):
     f = open_gguf(path)
     config = config_from_gguf(f)
     weights = load_weights(config, f, GGUF_NAMES)
+    unused = [name for name in f.names if name not in f.used]
+    if unused:   # rope_freqs.weight (Llama 3.1's RoPE scaling), a bias we do not add, ...
+        _fail(path, f"tensor {_show(unused[0])} is not part of a {config.model_type} model as tinydiff runs it"
+                    f"{f' (nor are {len(unused) - 1} more)' if len(unused) > 1 else ''}")
     if config.model_type == "llama":   # back to HF's row order, which our RoPE expects
         H, KVH = config.num_attention_heads, config.num_key_value_heads
         for lw in weights.layers:
@@ -548,6 +558,8 @@ def convert(src, out, wtype="f16"):
     from .tokenizer import Tokenizer
     if wtype not in FILE_TYPES:
         raise UsageError(f"unknown weight type {wtype!r}; choose one of {', '.join(FILE_TYPES)}")
+    if not os.path.isdir(src):
+        _fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
     cfg = load_config(src)
     arch = HF_ARCHITECTURES.get(cfg.model_type)
     if arch is None:
