@@ -182,12 +182,12 @@ def test_stored_types_run_natively_as_their_float32_values(wtype, converted):
     if not native(wtype):
         pytest.skip(f"the kernels do not take {wtype} weights yet")
     model = tinydiff.load(converted("llama-gqa", wtype))
-    ids = reference("llama-gqa")["input_ids"][0]
-    expected = widened(model).logits(ids)
     # As ggml's, the kernels round the activations to the dot product's type (f16, bf16; Q8_0 for
     # both block types), which moves the logits about as much as rounding the weights did.
     bound = TOLERANCE["q8_0" if wtype == "q4_0" else wtype]
-    assert np.abs(model.logits(ids) - expected).max() <= bound * np.abs(expected).max()
+    for ids in (reference("llama-gqa")["input_ids"][0], list(range(2, 202))):   # matvec and GEMM sizes
+        expected = widened(model).logits(ids)
+        assert np.abs(model.logits(ids) - expected).max() <= bound * np.abs(expected).max(), len(ids)
 
 
 def test_rows_that_are_not_whole_blocks_fall_back_to_f16(tmp_path):

@@ -89,7 +89,7 @@ def build_parser():
     f.set_defaults(run=cmd_infill)
 
     b = sub.add_parser("bench", help="llama-bench style speed tests (pp, tg, and dd for diffusion)")
-    b.add_argument("-m", "--model", action="append", default=None, help="model folder (repeatable)")
+    b.add_argument("-m", "--model", action="append", default=None, help="model folder or .gguf file (repeatable)")
     b.add_argument("--shape", action="append", default=None,
                    help="a real model shape with random weights (default without -m: all of them)")
     b.add_argument("-p", "--n-prompt", type=int, action="append", default=None, help="pp test sizes (default 512)")
@@ -104,7 +104,8 @@ def build_parser():
 
     c = sub.add_parser("cost", help="AR decoding and masked diffusion side by side: bytes, FLOPs, time")
     c.add_argument("-m", "--model", action="append", default=None,
-                   help="model folder; give an AR and a diffusion model (default: the two shipped models)")
+                   help="model folder or .gguf file; give an AR and a diffusion model "
+                        "(default: the two shipped models)")
     c.add_argument("-p", "--prompt", default="Once upon a time", help="the prompt (default 'Once upon a time')")
     c.add_argument("-n", "--n-predict", type=int, default=64, help="tokens to generate (default 64)")
     c.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
