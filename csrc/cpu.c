@@ -2,21 +2,29 @@
 #include "internal.h"
 
 int td_simd = TD_SIMD_C;
+int td_simd_ext = 0;
 static int td_simd_max = TD_SIMD_C; /* best level this CPU (and OS) supports */
 
 __attribute__((constructor)) static void td_detect_simd(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         td_simd_max = TD_SIMD_AVX2;
     if (td_simd_max == TD_SIMD_AVX2 && __builtin_cpu_supports("avx512f"))
         td_simd_max = TD_SIMD_AVX512;
+    int bw_vl = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    if (td_simd_max == TD_SIMD_AVX512 && bw_vl && __builtin_cpu_supports("avx512vnni"))
+        td_simd_ext |= TD_EXT_VNNI;
+    if (td_simd_max == TD_SIMD_AVX512 && bw_vl && __builtin_cpu_supports("avx512bf16"))
+        td_simd_ext |= TD_EXT_BF16;
 #endif
     td_simd = td_simd_max;
 }
 
 int td_get_simd(void) { return td_simd; }
+
+int td_get_simd_ext(void) { return td_simd_ext; }
 
 int td_set_simd(int level)
 {

@@ -10,18 +10,31 @@
 
 #define TD_INLINE static inline __attribute__((always_inline))
 #if defined(__x86_64__)
-#define TD_AVX2 __attribute__((target("avx2,fma")))
-#define TD_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#define TD_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TD_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+/* the AVX-512 kernels that need an extension (td_simd_ext says whether the CPU has it) */
+#define TD_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define TD_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 #endif
 
 enum { TD_SIMD_C = 0, TD_SIMD_AVX2 = 1, TD_SIMD_AVX512 = 2 };
-extern int td_simd; /* level in use, set by cpu.c */
+extern int td_simd;     /* level in use, set by cpu.c */
+extern int td_simd_ext; /* TD_EXT_* bits: what the CPU has beyond AVX512F */
 
 /* Run fn(ctx, begin, end) over [0, ntasks) split in contiguous ranges, one per thread. cost is the
    rough number of float operations per task; small jobs run on the calling thread alone, since
    waking a worker costs more than it saves. Returns when every range is done. */
 typedef void (*td_range_fn)(void *ctx, int64_t begin, int64_t end);
 void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost);
+
+/* A kernel that runs several jobs in a row or keeps scratch memory between them holds the pool:
+   td_pool_enter(), then any number of td_parallel_run (td_parallel_for without the locking) and
+   td_scratch calls, then td_pool_leave(). td_scratch(bytes) is one grow-only buffer, 64-byte
+   aligned, valid until the pool is left; NULL if the memory cannot be had. */
+void td_pool_enter(void);
+void td_pool_leave(void);
+void td_parallel_run(td_range_fn fn, void *ctx, int64_t ntasks, double cost);
+void *td_scratch(int64_t bytes);
 
 /* GCC/clang vector extensions: one type per register width. Each hot kernel is written once in a
    *_isa.h file against VEC (VL floats) and compiled once per instruction set by foreach_isa.h. */

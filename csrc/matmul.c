@@ -7,8 +7,14 @@
    Many x rows is compute bound, done BLIS style: NR weight rows x KC columns are packed
    transposed into wp[KC][NR] (L1-sized), then an MR x NR register tile sweeps down the x rows:
    each packed weight vector loaded is used MR times, each x value broadcast is used NR times.
-   Threads split (weight panel, x row chunk) pairs. The kernels are in matmul_isa.h. */
-#include "internal.h"
+   Threads split (weight panel, x row chunk) pairs. The kernels are in matmul_isa.h.
+
+   Other weight types (quant.h): x rows are converted once per call to the type the weights' dot
+   product wants. Few x rows: each weight row is dotted with every converted x row by the type's
+   vec_dot, reading the weights once in their own type. Many x rows: Q8_0 and Q4_0 run an int8
+   GEMM on AVX512_VNNI (gemm_q8.c); otherwise the converted x is widened back to f32 and the f32
+   GEMM above runs, each weight panel widened to f32 just before it is packed. */
+#include "quant.h"
 
 #define KC 256 /* k per packed panel */
 #define ROWS_PER_TASK 16
@@ -16,11 +22,15 @@
 
 struct mm {
     const float *x; /* [n,k] */
-    const float *w; /* [m,k] */
+    const void *w;  /* [m,k] f32, or m rows of row_bytes in type tt */
     float *y;       /* [n,m] */
     int64_t n, k, m;
     int64_t chunk;   /* gemm: x rows per task, a multiple of the tile height */
     int64_t nchunks; /* gemm: tasks per weight panel */
+    const struct type_traits *tt; /* the weights' type; NULL for f32 */
+    int64_t row_bytes;            /* of one weight row, for tt */
+    const char *xc;               /* [n] x rows as tt's vec_dot wants them (few-rows path) */
+    int64_t xc_bytes;             /* of one such row */
 };
 
 struct mm_kernels {
@@ -78,9 +88,21 @@ TD_AVX512 TD_INLINE void transpose_panel_avx512(const float *w, int64_t k, int64
 #define TD_ISA_FILE "matmul_isa.h"
 #include "foreach_isa.h"
 
+/* gemm: sets the x row chunks of a; returns the number of tasks */
+static int64_t plan_gemm(const struct mm_kernels *kern, struct mm *a)
+{
+    /* enough tasks to keep every thread busy: split x rows too when there are few weight panels */
+    int64_t npanels = (a->m + kern->nr - 1) / kern->nr, want = 4 * (int64_t)td_get_threads();
+    int64_t nchunks = npanels >= want ? 1 : (want + npanels - 1) / npanels;
+    int64_t chunk = (a->n + nchunks - 1) / nchunks;
+    a->chunk = (chunk + kern->mr - 1) / kern->mr * kern->mr;
+    a->nchunks = (a->n + a->chunk - 1) / a->chunk;
+    return npanels * a->nchunks;
+}
+
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m)
 {
-    struct mm a = {x, w, y, n, k, m, 0, 1};
+    struct mm a = {x, w, y, n, k, m, 0, 1, NULL, 0, NULL, 0};
     const struct mm_kernels *kern = TD_PICK(matmul_kernels);
     if (n == 0 || m == 0)
         return;
@@ -92,11 +114,96 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
         td_parallel_for(kern->rows, &a, (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK, 2.0 * ROWS_PER_TASK * k * n);
         return;
     }
-    /* enough tasks to keep every thread busy: split x rows too when there are few weight panels */
-    int64_t npanels = (m + kern->nr - 1) / kern->nr, want = 4 * (int64_t)td_get_threads();
-    int64_t nchunks = npanels >= want ? 1 : (want + npanels - 1) / npanels;
-    int64_t chunk = (n + nchunks - 1) / nchunks;
-    a.chunk = (chunk + kern->mr - 1) / kern->mr * kern->mr;
-    a.nchunks = (n + a.chunk - 1) / a.chunk;
-    td_parallel_for(kern->gemm, &a, npanels * a.nchunks, 2.0 * kern->nr * k * a.chunk);
+    int64_t ntasks = plan_gemm(kern, &a);
+    td_parallel_for(kern->gemm, &a, ntasks, 2.0 * kern->nr * k * a.chunk);
+}
+
+/* typed weights, few x rows: tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e) */
+static void matmul_rows_typed(void *ctx, int64_t b, int64_t e)
+{
+    const struct mm *a = ctx;
+    int64_t j1 = e * ROWS_PER_TASK < a->m ? e * ROWS_PER_TASK : a->m;
+    for (int64_t j = b * ROWS_PER_TASK; j < j1; j++) {
+        const char *w = (const char *)a->w + j * a->row_bytes;
+        for (int64_t i = 0; i < a->n; i++)
+            a->y[i * a->m + j] = a->tt->vec_dot(a->k, w, a->xc + i * a->xc_bytes);
+    }
+}
+
+struct convert {
+    const struct type_traits *tt;
+    const float *x; /* [n,k] */
+    char *xc;       /* [n] rows of xc_bytes: x in the dot product's type */
+    int64_t xc_bytes, k;
+    float *xf;      /* [n,k] xc widened back to f32, or NULL */
+};
+
+/* tasks [b, e) = x rows */
+static void convert_rows(void *ctx, int64_t b, int64_t e)
+{
+    const struct convert *c = ctx;
+    for (int64_t i = b; i < e; i++) {
+        c->tt->from_float(c->x + i * c->k, c->xc + i * c->xc_bytes, c->k);
+        if (c->xf)
+            c->tt->x_to_float(c->xc + i * c->xc_bytes, c->xf + i * c->k, c->k);
+    }
+}
+
+static int matmul_typed(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
+{
+    const struct type_traits *tt = td_type_traits(type);
+    const struct mm_kernels *kern = TD_PICK(matmul_kernels);
+    struct mm a = {x, w, y, n, k, m, 0, 1, tt, k / tt->blck_size * tt->type_size, (const char *)x, 4 * k};
+    if (n == 0 || m == 0)
+        return 0;
+    if (k == 0) {
+        memset(y, 0, sizeof(float) * n * m);
+        return 0;
+    }
+    int gemm = n >= GEMM_MIN_ROWS;
+#if defined(__x86_64__)
+    if (gemm && (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX512 && (td_simd_ext & TD_EXT_VNNI))
+        return td_gemm_q8_vnni(type, x, w, y, n, k, m);
+#endif
+    int64_t ntasks = gemm ? plan_gemm(kern, &a) : (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    td_pool_enter();
+    if (tt->from_float) {
+        int64_t xc_bytes = k / tt->x_blck_size * tt->x_type_size, xf_at = (n * xc_bytes + 63) / 64 * 64;
+        char *scratch = td_scratch(xf_at + (gemm ? n * k * 4 : 0));
+        if (!scratch) {
+            td_pool_leave();
+            return -1;
+        }
+        struct convert c = {tt, x, scratch, xc_bytes, k, gemm ? (float *)(scratch + xf_at) : NULL};
+        td_parallel_run(convert_rows, &c, n, 8.0 * k);
+        a.xc = scratch, a.xc_bytes = xc_bytes;
+        if (gemm)
+            a.x = c.xf;
+    }
+    if (gemm)
+        td_parallel_run(kern->gemm, &a, ntasks, 2.0 * kern->nr * k * a.chunk);
+    else
+        td_parallel_run(matmul_rows_typed, &a, ntasks, 2.0 * ROWS_PER_TASK * k * n);
+    td_pool_leave();
+    return 0;
+}
+
+int td_matmul_f16(const float *x, const uint16_t *w, float *y, int64_t n, int64_t k, int64_t m)
+{
+    return matmul_typed(TD_F16, x, w, y, n, k, m);
+}
+
+int td_matmul_bf16(const float *x, const uint16_t *w, float *y, int64_t n, int64_t k, int64_t m)
+{
+    return matmul_typed(TD_BF16, x, w, y, n, k, m);
+}
+
+int td_matmul_q8_0(const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
+{
+    return matmul_typed(TD_Q8_0, x, w, y, n, k, m);
+}
+
+int td_matmul_q4_0(const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
+{
+    return matmul_typed(TD_Q4_0, x, w, y, n, k, m);
 }

@@ -53,15 +53,16 @@ TARGET TD_INLINE void ISA(dot4)(const float *x, const float *w, int64_t k, float
 TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
 {
     const struct mm *a = ctx;
+    const float *w = a->w;
     int64_t k = a->k, m = a->m, j = b * ROWS_PER_TASK, j1 = e * ROWS_PER_TASK;
     if (j1 > m)
         j1 = m;
     for (; j + 4 <= j1; j += 4)
         for (int64_t i = 0; i < a->n; i++)
-            ISA(dot4)(a->x + i * k, a->w + j * k, k, a->y + i * m + j);
+            ISA(dot4)(a->x + i * k, w + j * k, k, a->y + i * m + j);
     for (; j < j1; j++)
         for (int64_t i = 0; i < a->n; i++)
-            a->y[i * m + j] = ISA(dot1)(a->x + i * k, a->w + j * k, k);
+            a->y[i * m + j] = ISA(dot1)(a->x + i * k, w + j * k, k);
 }
 
 /* ---- many rows: packed panels and register tiles ---- */
@@ -134,6 +135,19 @@ TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *w
     }
 }
 
+/* wp[kc][NR] from typed weight rows j0.. (cols of them), numbers p0..p0+kc: each row widened to
+   f32 by the type's to_float, then packed as f32 rows are */
+TARGET TD_INLINE void ISA(pack_w_typed)(const struct mm *a, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
+                                         float *wp)
+{
+    float wt[NR * KC] __attribute__((aligned(64))); /* [NR][KC] the rows in f32 */
+    const struct type_traits *tt = a->tt;
+    const char *w = (const char *)a->w + j0 * a->row_bytes + p0 / tt->blck_size * tt->type_size;
+    for (int64_t c = 0; c < cols; c++)
+        tt->to_float(w + c * a->row_bytes, wt + c * KC, kc);
+    ISA(pack_w)(wt, KC, cols, kc, wp);
+}
+
 /* tasks [b, e): task t is weight panel t / nchunks (NR rows of w) times x row chunk t % nchunks */
 TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
 {
@@ -145,7 +159,10 @@ TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
         int64_t i0 = t % a->nchunks * a->chunk, i1 = i0 + a->chunk < n ? i0 + a->chunk : n;
         for (int64_t p0 = 0; p0 < k; p0 += KC) {
             int64_t kc = k - p0 < KC ? k - p0 : KC;
-            ISA(pack_w)(a->w + j0 * k + p0, k, cols, kc, wp);
+            if (a->tt)
+                ISA(pack_w_typed)(a, j0, cols, p0, kc, wp);
+            else
+                ISA(pack_w)((const float *)a->w + j0 * k + p0, k, cols, kc, wp);
             ISA(gemm_rows)(a->x + i0 * k + p0, k, wp, kc, a->y + i0 * m + j0, m, p0 > 0, i1 - i0, cols);
         }
     }

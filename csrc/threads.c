@@ -1,7 +1,9 @@
 /* threads.c: a persistent pthread pool. Workers sleep on a condition variable between jobs (no
    spinning while idle). A job is fn over [0, ntasks) cut into one contiguous range per thread;
    the calling thread runs range 0 itself. The job mutex lets one job run at a time, so kernels
-   called from several Python threads at once (cffi drops the GIL) simply queue up. */
+   called from several Python threads at once (cffi drops the GIL) simply queue up. A kernel that
+   needs several jobs in a row, or scratch memory between them, holds the pool across them
+   (td_pool_enter / td_pool_leave). */
 #include <pthread.h>
 #include <stdlib.h>
 #include "internal.h"
@@ -25,8 +27,10 @@ static struct {
     void *ctx;
     int64_t ntasks;
     int nparts;
+    void *scratch;         /* [scratch_bytes] grow-only, for whoever holds the job mutex */
+    int64_t scratch_bytes;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, NULL, 0, 1, 0, 0, 0, 0, NULL, NULL, 0, 0};
+          PTHREAD_COND_INITIALIZER, NULL, 0, 1, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL, 0};
 
 static void run_part(td_range_fn fn, void *ctx, int64_t ntasks, int nparts, int part)
 {
@@ -135,12 +139,31 @@ int td_get_threads(void)
     return n;
 }
 
-void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost)
+void td_pool_enter(void)
+{
+    pthread_mutex_lock(&pool.job);
+    ensure_workers();
+}
+
+void td_pool_leave(void) { pthread_mutex_unlock(&pool.job); }
+
+void *td_scratch(int64_t bytes)
+{
+    if (bytes > pool.scratch_bytes) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, (size_t)bytes))
+            return NULL;
+        free(pool.scratch);
+        pool.scratch = p;
+        pool.scratch_bytes = bytes;
+    }
+    return pool.scratch;
+}
+
+void td_parallel_run(td_range_fn fn, void *ctx, int64_t ntasks, double cost)
 {
     if (ntasks <= 0)
         return;
-    pthread_mutex_lock(&pool.job);
-    ensure_workers();
     double by_cost = cost * (double)ntasks / TD_MIN_COST_PER_THREAD;
     int64_t nparts = pool.nworkers + 1;
     if (nparts > ntasks)
@@ -165,5 +188,13 @@ void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost)
             pthread_cond_wait(&pool.finish, &pool.lock);
         pthread_mutex_unlock(&pool.lock);
     }
-    pthread_mutex_unlock(&pool.job);
+}
+
+void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost)
+{
+    if (ntasks <= 0)
+        return;
+    td_pool_enter();
+    td_parallel_run(fn, ctx, ntasks, cost);
+    td_pool_leave();
 }

@@ -7,12 +7,24 @@
 int td_set_threads(int n);          /* n >= 1 threads including the caller; returns the count in use */
 int td_get_threads(void);
 
-/* SIMD path (cpu.c): 0 plain C, 1 AVX2+FMA, 2 AVX-512. Picked at load from the CPU. */
+/* SIMD path (cpu.c): 0 plain C, 1 AVX2+FMA+F16C, 2 AVX-512. Picked at load from the CPU. */
 int td_get_simd(void);
 int td_set_simd(int level);         /* clamps to what the CPU supports; returns the level in use */
+/* AVX-512 extensions the CPU has (bits); the kernels needing one run their AVX2 version without it */
+enum { TD_EXT_VNNI = 1,             /* AVX512_VNNI (+BW, VL): int8 dot products, Q8_0 and Q4_0 */
+       TD_EXT_BF16 = 2 };           /* AVX512_BF16 (+BW, VL): bf16 dot products */
+int td_get_simd_ext(void);
 
 /* y[n,m] = x[n,k] @ w[m,k]^T   (w in HF layout: out_features x in_features) */
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m);
+
+/* The same with w stored as another weight type (quant.h has the layouts): f16 and bf16 w[m,k],
+   Q8_0 and Q4_0 w[m,k/32] blocks (k % 32 == 0). x and y are float32. They return 0, or -1 if the
+   scratch memory for x in the dot product's type could not be had (y is then untouched). */
+int td_matmul_f16(const float *x, const uint16_t *w, float *y, int64_t n, int64_t k, int64_t m);
+int td_matmul_bf16(const float *x, const uint16_t *w, float *y, int64_t n, int64_t k, int64_t m);
+int td_matmul_q8_0(const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m);
+int td_matmul_q4_0(const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m);
 
 /* y[n,d] = x * 1/sqrt(mean(x^2) + eps) * w[d], per row, accumulating in f32 */
 void td_rmsnorm_f32(const float *x, const float *w, float *y, int64_t n, int64_t d, float eps);

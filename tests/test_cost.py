@@ -6,7 +6,7 @@ import threading
 import pytest
 
 import tinydiff
-from tinydiff import cost
+from tinydiff import cost, quant
 from tinydiff.ledger import Ledger
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
@@ -86,6 +86,35 @@ def test_decode_reads_every_weight_once_and_prefill_does_not_read_them_more():
     assert one["bytes"]["weights"] == weights + d
     assert many["bytes"]["weights"] == weights + 64 * d
     assert many["flops"] > 50 * one["flops"]
+
+
+def quantized(m, name):
+    """Model m with every matrix stored as weight type `name` (norms and biases stay f32)."""
+    w = m.weights
+    store = {id(a): quant.quantize(a, name) for a in (w.embed_tokens, w.lm_head)}  # a tied head stays tied
+    layers = [dataclasses.replace(lw, **{f: quant.quantize(a, name) for f, a in vars(lw).items()
+                                         if a is not None and a.ndim == 2}) for lw in w.layers]
+    weights = dataclasses.replace(w, embed_tokens=store[id(w.embed_tokens)], lm_head=store[id(w.lm_head)],
+                                  layers=layers)
+    return tinydiff.Model(m.config, weights, m.tokenizer)
+
+
+@pytest.mark.parametrize("name", ["q8_0", "q4_0", "f16"])
+def test_quantized_passes_equal_the_cost_model_with_their_real_weight_bytes(model, name):
+    """Fractional bytes a weight (34/32 for Q8_0) book whole bytes; a decode step reads every
+    matrix's real bytes (nbytes) once, plus one embedding row and the f32 norms and biases."""
+    m = quantized(model, name)
+    wb = quant.bytes_per_weight(m.weights.layers[0].q_proj)
+    ids = m.tokenizer.encode("Once upon a time")
+    with Ledger() as led:
+        m.generate_ids(ids, 3, temperature=0)
+    assert led.passes[0] == cost.forward(m.config, len(ids), 0, causal=True, dtype_bytes=wb)
+    for i, p in enumerate(led.passes[1:]):
+        assert p == cost.forward(m.config, 1, len(ids) + i, causal=True, dtype_bytes=wb)
+    arrays = m._arrays()
+    read = sum(a.nbytes for a in arrays if a is not m.weights.embed_tokens or a is m.weights.lm_head)
+    assert led.passes[1]["bytes"]["weights"] == read + m.weights.embed_tokens[:1].nbytes
+    assert all(isinstance(v, int) for p in led.passes for v in p["bytes"].values())
 
 
 def test_ledgers_nest_and_each_thread_counts_its_own():

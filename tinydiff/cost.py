@@ -4,18 +4,21 @@ The per-operation functions are the conventions the kernels book with (kernels.p
 every call when a Ledger is open); `forward` adds them up for a pass from the config alone, so the
 two can be compared exactly. Each returns (flops, {byte kind: bytes}).
 
-Conventions: a multiply-add is 2 FLOPs. Activations are float32 (4 bytes); each kernel reads its
-inputs and writes its output once (what sits in cache between kernels is not subtracted: this is
-traffic as a kernel sees it, the honest upper bound). Weights are read once per pass, whatever the
-number of positions: that is the whole point. Softmax's exp/max, the sampler's sort and similar
-bookkeeping are not counted as FLOPs.
+Conventions: a multiply-add is 2 FLOPs. A weight takes the bytes of its storage type, which may be
+a fraction (Q8_0: a block of 32 in 34 bytes, 34/32; Q4_0: 18/32); every cost is returned in whole
+bytes (rounded: a matrix of blocks is a whole number of them). Activations are float32 (4 bytes);
+each kernel reads its inputs and writes its output once (what sits in cache between kernels is not
+subtracted: this is traffic as a kernel sees it, the honest upper bound). Weights are read once per
+pass, whatever the number of positions: that is the whole point. Softmax's exp/max, the sampler's
+sort and similar bookkeeping are not counted as FLOPs.
 """
 F32 = 4
 
 
 def matmul(n, k, m, w_bytes=F32):
-    """x [n,k] @ W[m,k].T: n*m dot products of length k; W read once, x read, y written."""
-    return 2 * n * k * m, {"weights": k * m * w_bytes, "activations": F32 * (n * k + n * m)}
+    """x [n,k] @ W[m,k].T: n*m dot products of length k; W read once (w_bytes a weight), x read, y
+    written. (Q8_0/Q4_0 weights: x is also quantized, into scratch that stays in cache: not counted.)"""
+    return 2 * n * k * m, {"weights": round(k * m * w_bytes), "activations": F32 * (n * k + n * m)}
 
 
 def attention(n, heads, kv_heads, hd, t, scores):
@@ -59,12 +62,12 @@ def add(size):
 
 def bias_add(n, m, w_bytes=F32):
     """y[n, m] += b[m]: the bias vector is a weight, read once."""
-    return n * m, {"weights": m * w_bytes, "activations": 2 * n * m * F32}
+    return n * m, {"weights": round(m * w_bytes), "activations": 2 * n * m * F32}
 
 
 def embedding(n, d, w_bytes=F32):
     """Gathering n rows of the embedding matrix: only those rows are read."""
-    return 0, {"weights": n * d * w_bytes, "activations": n * d * F32}
+    return 0, {"weights": round(n * d * w_bytes), "activations": n * d * F32}
 
 
 def sampling(rows, vocab):
@@ -75,6 +78,9 @@ def sampling(rows, vocab):
 
 def forward(config, n_new, n_past, causal, dtype_bytes=F32, n_kv=None, batch=1, all_logits=None):
     """FLOPs and bytes of one forward pass, from the config alone, shaped like one Ledger pass.
+
+    dtype_bytes: bytes a weight of the matrices takes (4 f32, 2 f16/bf16, 34/32 Q8_0, 18/32 Q4_0);
+    the vectors (norm weights, biases) stay f32, as GGUF files keep them.
 
     n_new positions are computed (per sequence, `batch` sequences) after n_past cached ones.
     Attention reads n_kv keys (default n_past + n_new; a diffusion step with a dual cache reads the
@@ -121,15 +127,15 @@ def forward(config, n_new, n_past, causal, dtype_bytes=F32, n_kv=None, batch=1, 
     book("matmul", matmul(n, d, qd, wb), L)
     book("matmul", matmul(n, d, kvd, wb), 2 * L)
     if c.qkv_bias:
-        book("matmul", bias_add(n, qd, wb), L)
-        book("matmul", bias_add(n, kvd, wb), 2 * L)
+        book("matmul", bias_add(n, qd), L)
+        book("matmul", bias_add(n, kvd), 2 * L)
     book("rope", rope(n, H, hd), L)
     book("rope", rope(n, KVH, hd), L)
     book("attention", kv_store(n * kvd), 2 * L)
     book("attention", attention(n_new, H, KVH, hd, t, scores // batch), L * batch)
     book("matmul", matmul(n, qd, d, wb), L)
     if c.o_bias:
-        book("matmul", bias_add(n, d, wb), L)
+        book("matmul", bias_add(n, d), L)
     book("residual", add(n * d), 2 * L)
     book("mlp", matmul(n, d, f, wb), 2 * L)
     book("mlp", silu_mul(n * f), L)

@@ -2,14 +2,18 @@
 
 Inputs are read as float32 C-contiguous arrays: one that already is one is passed zero-copy
 (weights are never copied); anything else (float64, int, a strided slice) is copied explicitly
-first. `out` must already be right (float32, C-contiguous, writable, the result's shape) or
-ValueError is raised; results are never written to a copy. out may be the input itself for the
-elementwise/row kernels (rmsnorm, softmax, silu_mul), never for matmul or attention. rope works in
-place, so its x must be float32 C-contiguous. The C calls release the GIL; one kernel runs at a
-time (a mutex in the pool), so calls from several Python threads are safe.
+first. Weights may also be of another weight type (tinydiff.quant: f16, bf16, Q8_0, Q4_0), read in
+place in their own type; those must be C-contiguous. `out` must already be right (float32,
+C-contiguous, writable, the result's shape) or ValueError is raised; results are never written to
+a copy. out may be the input itself for the elementwise/row kernels (rmsnorm, softmax, silu_mul),
+never for matmul or attention. rope works in place, so its x must be float32 C-contiguous. The C
+calls release the GIL; one kernel runs at a time (a mutex in the pool), so calls from several
+Python threads are safe.
 
 Threads: a persistent pool of physical_cores() threads, or TINYDIFF_THREADS if set at import.
-SIMD: AVX-512 or AVX2+FMA kernels when the CPU has them (simd() says which), else plain C.
+SIMD: AVX-512 or AVX2+FMA kernels when the CPU has them (simd() says which), else plain C; on the
+AVX-512 path, the int8 and bf16 dot products use AVX512_VNNI and AVX512_BF16 when the CPU has them
+(simd_extensions()).
 Signatures and meaning match tinydiff.reference, the plain NumPy version.
 """
 import math
@@ -17,12 +21,12 @@ import os
 
 import numpy as np
 
-from tinydiff import cost, ledger
+from tinydiff import cost, ledger, quant
 from tinydiff._kernels import ffi, lib
 from tinydiff.errors import UsageError
 from tinydiff.reference import physical_cores
 
-__all__ = ["set_threads", "get_threads", "physical_cores", "simd",
+__all__ = ["set_threads", "get_threads", "physical_cores", "simd", "simd_extensions",
            "matmul", "rmsnorm", "softmax", "rope", "silu_mul", "attention"]
 
 SIMD_LEVELS = ("c", "avx2", "avx512")  # index = the C level (cpu.c)
@@ -31,6 +35,9 @@ _ndarray = np.ndarray
 _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 us
 _matmul, _rmsnorm, _softmax = lib.td_matmul_f32, lib.td_rmsnorm_f32, lib.td_softmax_f32
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
+_MATMUL_TYPED = {np.dtype(np.float16): (lib.td_matmul_f16, "uint16_t[]"),   # weight dtype: (kernel, w's C type)
+                 quant.BF16: (lib.td_matmul_bf16, "uint16_t[]"),
+                 quant.Q8_0: (lib.td_matmul_q8_0, "char[]"), quant.Q4_0: (lib.td_matmul_q4_0, "char[]")}
 
 
 def set_threads(n):
@@ -47,6 +54,14 @@ def get_threads():
 def simd():
     """The instruction set the kernels use on this CPU: 'avx512', 'avx2' or 'c'."""
     return SIMD_LEVELS[lib.td_get_simd()]
+
+
+def simd_extensions():
+    """The AVX-512 extensions the kernels use on this CPU: a tuple of 'avx512_vnni', 'avx512_bf16'
+    (the int8 / bf16 dot products on the AVX-512 path; without one, that kernel's AVX2 version runs)."""
+    ext = lib.td_get_simd_ext()
+    return tuple(name for bit, name in ((lib.TD_EXT_VNNI, "avx512_vnni"), (lib.TD_EXT_BF16, "avx512_bf16"))
+                 if ext & bit)
 
 
 def _set_simd(name):
@@ -82,16 +97,27 @@ def _p(a):
 def matmul(x, w, out=None, op="matmul"):
     """out[..., m] = x[..., k] @ w[m, k].T (w in HF layout: out_features x in_features).
 
+    w: float32 (or anything that converts to it), or a weight type of tinydiff.quant read as it
+    is stored (Q8_0 / Q4_0: [m, k/32] blocks; x is then quantized to Q8_0 first, as llama.cpp does).
     op: the operation the cost is booked under when a Ledger is open (as in every kernel here)."""
-    x, w = _f32(x), _f32(w)
-    if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1]:
-        raise ValueError(f"matmul: x {x.shape} and w {w.shape} do not fit; need x [n,k] or [k] and w [m,k]")
-    m, k = w.shape
+    x = _f32(x)
+    typed = _MATMUL_TYPED.get(w.dtype) if isinstance(w, _ndarray) and w.dtype is not _F32 else None
+    if typed is None:
+        w = _f32(w)
+    elif not w.flags.c_contiguous:
+        raise ValueError(f"matmul: {quant.type_of(w)} weights must be C-contiguous (they are never copied)")
+    if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != (w.shape[1] if typed is None else quant.columns(w)):
+        raise ValueError(f"matmul: x {x.shape} and w {w.shape} {w.dtype} do not fit; need x [n,k] or [k] and "
+                         "w [m,k] (or [m,k/32] blocks)")
+    m, k = w.shape[0], x.shape[-1]
     out = _out(out, x.shape[:-1] + (m,), "matmul", x, w)
     n = math.prod(x.shape[:-1])
-    _matmul(_p(x), _p(w), _p(out), n, k, m)
+    if typed is None:
+        _matmul(_p(x), _p(w), _p(out), n, k, m)
+    elif typed[0](_p(x), _buf(typed[1], w), _p(out), n, k, m):
+        raise MemoryError(f"matmul: no memory for x [{n},{k}] in the dot product's type")
     if ledger.active():
-        ledger.book(op, cost.matmul(n, k, m, w.itemsize))
+        ledger.book(op, cost.matmul(n, k, m, quant.bytes_per_weight(w)))
     return out
 
 
@@ -205,15 +231,18 @@ def add_bias(x, b, op="matmul"):
     """x[n, m] += b[m] in place (b is a weight, read once)."""
     np.add(x, b, out=x)
     if ledger.active():
-        ledger.book(op, cost.bias_add(x.size // b.size, b.size, b.itemsize))
+        ledger.book(op, cost.bias_add(x.size // b.size, b.size, quant.bytes_per_weight(b)))
     return x
 
 
 def embedding(table, ids, out, op="embedding"):
-    """out[n, d] = table[ids]: only the rows asked for are read."""
-    np.take(table, ids, axis=0, out=out)
+    """out[n, d] = table[ids], the table of any weight type: only the rows asked for are read."""
+    if table.dtype is _F32:
+        np.take(table, ids, axis=0, out=out)
+    else:
+        out[...] = quant.dequantize(table[ids])
     if ledger.active():
-        ledger.book(op, cost.embedding(*out.shape, table.itemsize))
+        ledger.book(op, cost.embedding(*out.shape, quant.bytes_per_weight(table)))
     return out
 
 

@@ -48,6 +48,11 @@ def bits_per_weight(name):
     return TYPES[name].itemsize * 8 / (QK if name in ("q8_0", "q4_0") else 1)
 
 
+def bytes_per_weight(w):
+    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0."""
+    return w.itemsize / QK if is_blocked(w) else w.itemsize
+
+
 def quantize(w, name):
     """The float32 matrix w [m, k] stored as type `name`. Block types need k % 32 == 0."""
     w = np.ascontiguousarray(w, dtype=np.float32)
@@ -99,14 +104,14 @@ def dequantize(w):
         return w.astype(np.float32)
     if w.dtype == BF16:
         return (w["bf16"].astype(np.uint32) << 16).view(np.float32)
-    d = w["d"].astype(np.float32)[..., None]                                      # [..., k/32, 1]
     if w.dtype == Q8_0:
-        q = w["qs"].astype(np.float32)
+        q = w["qs"].astype(np.float32)                                            # [..., k/32, 32]
     elif w.dtype == Q4_0:
         qs = w["qs"]
         q = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.float32) - 8
     else:
         raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type")
+    d = w["d"].astype(np.float32)[..., None]                                      # [..., k/32, 1]
     return (d * q).reshape(*w.shape[:-1], w.shape[-1] * QK)
 
 

@@ -1,0 +1,177 @@
+/* gemm_q8.c: y[n,m] = x[n,k] @ w[m,k]^T for Q8_0 and Q4_0 weights, in int8 on AVX512_VNNI.
+
+   x rows are quantized to Q8_0 once, as the few-rows path does (so a row's result does not depend
+   on the path), keeping each block's scale d_x and the sum of its quants beside them. A panel of
+   NR weight rows by KB blocks is packed so one zmm holds four consecutive weights of 16 rows as
+   unsigned bytes (Q8_0: q + 128; Q4_0: the nibble, i.e. q + 8): vpdpbusd multiplies them by four
+   x quants broadcast to every lane and adds the four products into each row's int32 lane, 64
+   multiply-adds an instruction where an f32 FMA does 16. The offset is taken back once per block
+   by starting the int32 sums at -offset * (sum of the x block's quants). At a block's end the sums
+   are exact; they are scaled by d_x * d_w into f32 accumulators. An MR x NR register tile of x
+   rows by weight rows sweeps the panel as in matmul.c. */
+#include "quant.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define NR 32 /* weight rows per panel: two zmm of int32 lanes */
+#define MR 6  /* x rows per tile: 2*MR int32 sums and 2*MR f32 sums stay in the 32 registers */
+#define KB 8  /* blocks per panel (256 numbers): 8 KiB of packed bytes, L1-sized */
+
+struct gq {
+    const float *x;        /* [n,k] */
+    const void *w;         /* [m][nb] Q8_0 or Q4_0 blocks */
+    float *y;              /* [n,m] */
+    int64_t n, k, m, nb;
+    enum td_type type;
+    int64_t chunk, nchunks; /* x rows per task (a multiple of MR); tasks per panel */
+    block_q8_0 *xq;        /* [n][nb] x quantized */
+    float *xd;             /* [n][nb] each x block's scale in f32 */
+    int32_t *xs;           /* [n][nb] the sum of each x block's quants */
+};
+
+/* tasks [b, e) = x rows */
+static void quantize_x(void *ctx, int64_t b, int64_t e)
+{
+    const struct gq *a = ctx;
+    from_float_fn quantize = td_type_traits(TD_Q8_0)->from_float;
+    for (int64_t i = b; i < e; i++) {
+        quantize(a->x + i * a->k, a->xq + i * a->nb, a->k);
+        for (int64_t j = i * a->nb; j < (i + 1) * a->nb; j++) {
+            int32_t s = 0;
+            for (int q = 0; q < QK8_0; q++)
+                s += a->xq[j].qs[q];
+            a->xd[j] = fp16_to_fp32(a->xq[j].d);
+            a->xs[j] = s;
+        }
+    }
+}
+
+/* wq[nbk][8][NR][4]: weights 4g..4g+3 of block b of each of the panel's rows, as unsigned bytes;
+   wd[nbk][NR]: the rows' block scales. Rows past cols are zero (scale 0: they add nothing). */
+static void pack_panel(const struct gq *a, int64_t j0, int64_t cols, int64_t b0, int64_t nbk, uint8_t *wq, float *wd)
+{
+    for (int64_t c = 0; c < NR; c++)
+        for (int64_t b = 0; b < nbk; b++) {
+            uint32_t q[8] = {0}; /* four weights a word */
+            float d = 0.0f;
+            if (c < cols && a->type == TD_Q8_0) {
+                const block_q8_0 *blk = (const block_q8_0 *)a->w + (j0 + c) * a->nb + b0 + b;
+                d = fp16_to_fp32(blk->d);
+                memcpy(q, blk->qs, sizeof q);
+                for (int g = 0; g < 8; g++)
+                    q[g] ^= 0x80808080u; /* q + 128 in each byte */
+            } else if (c < cols) {
+                const block_q4_0 *blk = (const block_q4_0 *)a->w + (j0 + c) * a->nb + b0 + b;
+                d = fp16_to_fp32(blk->d);
+                memcpy(q, blk->qs, sizeof blk->qs);
+                for (int g = 0; g < 4; g++) {
+                    q[g + 4] = (q[g] >> 4) & 0x0F0F0F0Fu; /* weights 16..31: the high nibbles */
+                    q[g] &= 0x0F0F0F0Fu;
+                }
+            }
+            wd[b * NR + c] = d;
+            for (int g = 0; g < 8; g++)
+                memcpy(wq + ((b * 8 + g) * NR + c) * 4, &q[g], 4);
+        }
+}
+
+/* y[0:rows, 0:NR] (+)= x rows i.. times the packed panel (blocks b0..b0+nbk). Past `rows` the
+   tile repeats the last row (computed, not stored), so one compiled tile serves every edge. */
+TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, int64_t b0, int64_t nbk,
+                                   const uint8_t *wq, const float *wd, float *y, int64_t ldy, int add, int32_t offset)
+{
+    __m512 acc[MR][2];
+    int64_t xrow[MR]; /* block index of each tile row's block b0 */
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        xrow[r] = (i + (r < rows ? r : rows - 1)) * a->nb + b0;
+    }
+    for (int64_t b = 0; b < nbk; b++) {
+        __m512i s[MR][2];
+        for (int r = 0; r < MR; r++)
+            s[r][0] = s[r][1] = _mm512_set1_epi32(-offset * a->xs[xrow[r] + b]);
+        for (int g = 0; g < 8; g++) {
+            const __m512i w0 = _mm512_load_si512(wq + (b * 8 + g) * NR * 4);
+            const __m512i w1 = _mm512_load_si512(wq + (b * 8 + g) * NR * 4 + 64);
+            for (int r = 0; r < MR; r++) {
+                int32_t four;
+                memcpy(&four, a->xq[xrow[r] + b].qs + 4 * g, 4);
+                const __m512i xv = _mm512_set1_epi32(four);
+                s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, xv);
+                s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, xv);
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(wd + b * NR), d1 = _mm512_load_ps(wd + b * NR + 16);
+        for (int r = 0; r < MR; r++) {
+            const __m512 dx = _mm512_set1_ps(a->xd[xrow[r] + b]);
+            acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), _mm512_mul_ps(d0, dx), acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), _mm512_mul_ps(d1, dx), acc[r][1]);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float *yr = y + r * ldy;
+        if (add) {
+            acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_loadu_ps(yr));
+            acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_loadu_ps(yr + 16));
+        }
+        _mm512_storeu_ps(yr, acc[r][0]);
+        _mm512_storeu_ps(yr + 16, acc[r][1]);
+    }
+}
+
+/* tasks [b, e): task t is weight panel t / nchunks times x row chunk t % nchunks */
+TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
+{
+    const struct gq *a = ctx;
+    uint8_t wq[KB * 8 * NR * 4] __attribute__((aligned(64))); /* [KB][8][NR][4] packed panel */
+    float wd[KB * NR] __attribute__((aligned(64)));           /* [KB][NR] its scales */
+    float yt[MR * NR];                                        /* [MR][NR] a tile cut by the last panel */
+    const int32_t offset = a->type == TD_Q8_0 ? 128 : 8;
+    for (int64_t t = b; t < e; t++) {
+        int64_t j0 = t / a->nchunks * NR, cols = a->m - j0 < NR ? a->m - j0 : NR;
+        int64_t i0 = t % a->nchunks * a->chunk, i1 = i0 + a->chunk < a->n ? i0 + a->chunk : a->n;
+        for (int64_t b0 = 0; b0 < a->nb; b0 += KB) {
+            int64_t nbk = a->nb - b0 < KB ? a->nb - b0 : KB;
+            pack_panel(a, j0, cols, b0, nbk, wq, wd);
+            for (int64_t i = i0; i < i1; i += MR) {
+                int64_t rows = i1 - i < MR ? i1 - i : MR;
+                float *y = a->y + i * a->m + j0;
+                if (cols == NR) {
+                    tile(a, i, rows, b0, nbk, wq, wd, y, a->m, b0 > 0, offset);
+                    continue;
+                }
+                for (int64_t r = 0; r < rows && b0 > 0; r++)
+                    memcpy(yt + r * NR, y + r * a->m, sizeof(float) * cols);
+                tile(a, i, rows, b0, nbk, wq, wd, yt, NR, b0 > 0, offset);
+                for (int64_t r = 0; r < rows; r++)
+                    memcpy(y + r * a->m, yt + r * NR, sizeof(float) * cols);
+            }
+        }
+    }
+}
+
+int td_gemm_q8_vnni(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
+{
+    struct gq a = {x, w, y, n, k, m, k / QK8_0, type, 0, 1, NULL, NULL, NULL};
+    /* enough tasks to keep every thread busy: split x rows too when there are few weight panels */
+    int64_t npanels = (m + NR - 1) / NR, want = 4 * (int64_t)td_get_threads();
+    int64_t nchunks = npanels >= want ? 1 : (want + npanels - 1) / npanels;
+    a.chunk = ((n + nchunks - 1) / nchunks + MR - 1) / MR * MR;
+    a.nchunks = (n + a.chunk - 1) / a.chunk;
+    int64_t xq_bytes = (n * a.nb * (int64_t)sizeof(block_q8_0) + 63) / 64 * 64;
+    td_pool_enter();
+    char *scratch = td_scratch(xq_bytes + n * a.nb * 8);
+    if (!scratch) {
+        td_pool_leave();
+        return -1;
+    }
+    a.xq = (block_q8_0 *)scratch;
+    a.xd = (float *)(scratch + xq_bytes);
+    a.xs = (int32_t *)(a.xd + n * a.nb);
+    td_parallel_run(quantize_x, &a, n, 8.0 * k);
+    td_parallel_run(gemm_range, &a, npanels * a.nchunks, 2.0 * NR * k * a.chunk);
+    td_pool_leave();
+    return 0;
+}
+#endif

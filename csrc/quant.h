@@ -1,0 +1,86 @@
+/* quant.h: the weight types beside f32, in llama.cpp's layouts byte for byte (ggml-common.h), and
+   what the matmul kernels need of each type (ggml's type_traits).
+
+   A weight row of k numbers is k halves (f16), k bfloat16s (bf16), or k/32 blocks of a scale and
+   32 small integers (Q8_0, Q4_0). To multiply, each x (activation) row is first converted, once
+   per call, to the type its dot product with a weight row wants (ggml's vec_dot_type):
+     Q8_0 and Q4_0 weights: x quantized to Q8_0 blocks, so a block's dot product is integer
+       (int8 x int8 -> int32, exact), scaled by d_x * d_w;
+     bf16 weights on a CPU with AVX512_BF16: x rounded to bf16, for the bf16 dot instruction;
+     otherwise x stays f32 and the weights are widened as they are read.
+   Every path of a type sees the same converted x, so a row's result does not depend on how many
+   rows the call has (only on the order of float sums). */
+#ifndef TD_QUANT_H
+#define TD_QUANT_H
+#include "internal.h"
+
+typedef uint16_t td_fp16_t; /* an IEEE half, as bits */
+typedef uint16_t td_bf16_t; /* the top 16 bits of a float32 */
+
+#define QK8_0 32
+typedef struct {
+    td_fp16_t d;      /* scale: the block's largest magnitude / 127 */
+    int8_t qs[QK8_0]; /* weight j = d * qs[j] */
+} block_q8_0;         /* 34 bytes: 8.5 bits a weight */
+
+#define QK4_0 32
+typedef struct {
+    td_fp16_t d;           /* scale: the block's value of largest magnitude / -8 */
+    uint8_t qs[QK4_0 / 2]; /* weight j in the low nibble of qs[j], weight j+16 in the high one;
+                              weight = d * (nibble - 8) */
+} block_q4_0;              /* 18 bytes: 4.5 bits a weight */
+
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match GGUF's 34 bytes");
+_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match GGUF's 18 bytes");
+
+enum td_type { TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_NTYPES };
+
+typedef void (*to_float_fn)(const void *w, float *y, int64_t k);      /* y[k] = k numbers of a row */
+typedef void (*from_float_fn)(const float *x, void *y, int64_t k);    /* an x row to vec_dot's type */
+typedef float (*vec_dot_fn)(int64_t k, const void *w, const void *x); /* weight row . converted x row */
+
+struct type_traits {
+    int64_t blck_size, type_size; /* numbers per block and its bytes (1 and 2 for f16, bf16) */
+    to_float_fn to_float;         /* widens weights, for the f32 GEMM's packed panels */
+    from_float_fn from_float;     /* NULL: vec_dot takes x as f32 */
+    to_float_fn x_to_float;       /* a converted x row back to f32 (the f32 GEMM's input) */
+    int64_t x_blck_size, x_type_size;
+    vec_dot_fn vec_dot;
+};
+
+/* the functions for the SIMD level in use (and the extensions it may use) */
+const struct type_traits *td_type_traits(enum td_type type);
+
+/* Q8_0 x Q4_0/Q8_0 GEMM in int8 on AVX512_VNNI (gemm_q8.c); 0, or -1 out of scratch memory */
+int td_gemm_q8_vnni(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m);
+
+/* ---- scalar conversions (ggml-impl.h's portable versions) ---- */
+
+TD_INLINE float fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
+TD_INLINE uint32_t fp32_to_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+
+/* exact: every half is a float */
+TD_INLINE float fp16_to_fp32(td_fp16_t h)
+{
+    const uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
+    const float normalized = fp32_from_bits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    const float denormalized = fp32_from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
+    return fp32_from_bits(sign | (two_w < (1u << 27) ? fp32_to_bits(denormalized) : fp32_to_bits(normalized)));
+}
+
+/* round to nearest even, overflow to inf, NaN stays NaN (as F16C and NumPy) */
+TD_INLINE td_fp16_t fp32_to_fp16(float f)
+{
+    float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = fp32_to_bits(f), shl1_w = w + w, sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u)
+        bias = 0x71000000u;
+    base = fp32_from_bits((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = fp32_to_bits(base), nonsign = ((bits >> 13) & 0x7C00u) + (bits & 0x0FFFu);
+    return (td_fp16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+TD_INLINE float bf16_to_fp32(td_bf16_t h) { return fp32_from_bits((uint32_t)h << 16); }
+
+#endif

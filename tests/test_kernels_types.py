@@ -1,0 +1,213 @@
+"""matmul with f16, bf16, Q8_0 and Q4_0 weights, on every SIMD path this CPU has.
+
+Two checks per call, with bounds derived, not tuned:
+- tight, against reference.matmul_exact (x converted exactly as the kernels convert it: Q8_0 for
+  the block types, bf16 on the AVX512_BF16 path; products exact in float64). What is left is the
+  kernels' own f32 rounding: at most about one rounding per term summed, k * 2^-24 relative to
+  sum |x'| |w| (each block's int32 dot product is exact, so the Q8_0/Q4_0 paths round even less).
+- loose, against reference.matmul, x @ dequantize(w).T with x as given: the tight bound plus what
+  converting x may cost, |x - x'| <= 0.57 d_x per number for Q8_0 (half a step, and d_x's f16
+  rounding over 127 steps), 2^-8 |x| for bf16. This catches an x converted wrong in both the
+  kernels and matmul_exact.
+Sizes: n = 1, n below the GEMM threshold (12 rows), n above it; k a multiple of 32 for the block
+types (32 included; 288 and more cross a 256-number panel); m odd and across the 32-row panels.
+"""
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tinydiff import kernels as K
+from tinydiff import quant
+from tinydiff import reference as R
+
+LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]
+TYPES = ["f16", "bf16", "q8_0", "q4_0"]
+BLOCKED = {"q8_0", "q4_0"}
+U = 2.0**-24
+settings.register_profile("types", max_examples=40, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.load_profile("types")
+
+
+@pytest.fixture(params=LEVELS)
+def level(request):
+    best = K.simd()
+    K._set_simd(request.param)
+    yield request.param
+    K._set_simd(best)
+
+
+@pytest.fixture
+def threads():
+    n = K.get_threads()
+    yield
+    K.set_threads(n)
+
+
+def data(seed, *shape):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def bf16_x(name):
+    """True where the kernels round x to bf16: bf16 weights on the AVX512_BF16 path."""
+    return name == "bf16" and K.simd() == "avx512" and "avx512_bf16" in K.simd_extensions()
+
+
+def x_as_seen(x, name):
+    if name in BLOCKED:
+        return quant.dequantize(quant.quantize(x, "q8_0"))
+    return quant.dequantize(quant.to_bf16(x)) if bf16_x(name) else x
+
+
+def x_error(x, name):
+    """A bound on |x - x as the kernels see it|, per number."""
+    if name in BLOCKED:
+        blocks = np.abs(x).reshape(*x.shape[:-1], -1, 32)
+        return np.repeat(blocks.max(-1) / 127 * 0.57, 32, axis=-1)
+    return np.abs(x) * 2.0**-8 if bf16_x(name) else np.zeros_like(x)
+
+
+def check(x, w, name):
+    q = quant.quantize(w, name)
+    got = K.matmul(x, q)
+    wd = np.abs(quant.dequantize(q)).astype(np.float64)
+    k = x.shape[-1]
+    tight = (k + 4) * U * (np.abs(x_as_seen(x, name)) @ wd.T) + 1e-30
+    assert got.dtype == np.float32 and got.shape == x.shape[:-1] + (w.shape[0],)
+    err = np.abs(got - R.matmul_exact(x, q, bf16_x=bf16_x(name)))
+    assert np.all(err <= tight), f"tight: {(err / tight).max():.3g} x the bound"
+    loose = tight + x_error(x, name) @ wd.T * (1 + 1e-6)
+    assert np.all(np.abs(got - R.matmul(x, q)) <= loose)
+    return got
+
+
+K_BLOCKED = st.integers(1, 20).map(lambda b: 32 * b)
+K_ANY = st.sampled_from([1, 2, 7, 16, 17, 33, 64, 100, 255, 300])
+N = st.sampled_from([1, 2, 5, 11, 12, 13, 30, 47])
+
+
+@pytest.mark.parametrize("name", TYPES)
+@given(n=N, data_=st.data(), m=st.integers(1, 70), seed=st.integers(0, 99))
+def test_matmul_types(level, name, n, data_, m, seed):
+    k = data_.draw(K_BLOCKED if name in BLOCKED else K_ANY)
+    check(data(seed, n, k), data(seed + 1, m, k), name)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_matmul_types_large(level, name):
+    """Many panels, x row chunks and edges at once; a 1-D x is one row."""
+    x, w = data(0, 301, 800), data(1, 259, 800)
+    check(x, w, name)
+    check(x[7], w, name)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_result_of_a_row_does_not_depend_on_the_path(level, name):
+    """One x row alone (dot products) and among 40 (GEMM) sees the same converted x: results
+    agree to f32 rounding, not to the size of x's conversion error."""
+    x, q = data(2, 40, 256), quant.quantize(data(3, 50, 256), name)
+    alone = np.stack([K.matmul(x[i], q) for i in range(40)])
+    scale = np.abs(x_as_seen(x, name)) @ np.abs(quant.dequantize(q)).T
+    assert np.all(np.abs(alone - K.matmul(x, q)) <= 2 * 260 * U * scale)
+
+
+@pytest.mark.parametrize("name,weight", [("q8_0", 127), ("q4_0", -8)])
+@pytest.mark.parametrize("n", [1, 20])
+def test_x_quantized_exactly_as_quant_py(level, name, weight, n):
+    """With w = weight * I (d_w = 1, one quant of `weight` per row), y = weight * x' exactly: the
+    kernels' Q8_0 copy of x, read back bit for bit. x is full of ties (amax 127, so d = 1)."""
+    rng = np.random.default_rng(n)
+    x = (rng.integers(-254, 255, (n, 64)) / 2).astype(np.float32)
+    x[:, [0, 40]] = 127
+    x[:, 32:40] = rng.standard_normal((n, 8)) * 3          # and a block of arbitrary numbers
+    x[:, 40] = 9.0
+    q = quant.quantize(np.eye(64, dtype=np.float32) * weight, name)
+    assert np.all(q["d"][q["d"] != 0] == 1)
+    want = weight * quant.dequantize(quant.quantize(x, "q8_0"))
+    np.testing.assert_array_equal(K.matmul(x, q), want)
+
+
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("n", [1, 3, 20])
+def test_zero_blocks_give_zeros_not_nan(level, name, n):
+    x, w = data(4, n, 96), data(5, 40, 96)
+    x[0] = 0                      # an all-zero x row: d_x = 0 in every block
+    x[-1, 32:64] = 0              # one zero block among live ones
+    w[3] = 0                      # an all-zero weight row
+    w[:, 64:] = 0                 # a zero block in every row
+    got = check(x, w, name)
+    assert np.all(np.isfinite(got)) and np.all(got[0] == 0) and np.all(got[:, 3] == 0)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_one_and_two_threads_agree(level, threads, name):
+    """Threads split weight rows (and x row chunks), never a sum: bit-identical results."""
+    x, q = data(6, 70, 320), quant.quantize(data(7, 200, 320), name)
+    K.set_threads(1)
+    one = [K.matmul(x, q), K.matmul(x[:3], q)]
+    K.set_threads(2)
+    two = [K.matmul(x, q), K.matmul(x[:3], q)]
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_concurrent_calls_share_the_scratch_safely(threads):
+    """x's converted copy lives in one scratch buffer: Python threads calling at once (the GIL is
+    released) each get their own answer."""
+    K.set_threads(2)
+    jobs = [(data(s, n, 256), quant.quantize(data(s + 1, 96, 256), name))
+            for s, (n, name) in enumerate([(1, "q8_0"), (40, "q4_0"), (5, "q4_0"), (64, "q8_0"), (3, "bf16")])]
+    want = [K.matmul(x, q) for x, q in jobs]
+    errors = []
+
+    def work(i):
+        for _ in range(20):
+            if not np.array_equal(K.matmul(*jobs[i]), want[i]):
+                errors.append(i)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_weights_are_read_in_place(name):
+    """A typed weight is never copied: changing it changes the next result."""
+    x, q = data(8, 2, 64), quant.quantize(data(9, 3, 64), name)
+    before = K.matmul(x, q)
+    q[0] = np.zeros(1, q.dtype)
+    after = K.matmul(x, q)
+    assert np.all(after[:, 0] == 0) and np.array_equal(after[:, 1:], before[:, 1:])
+
+
+def test_errors():
+    x = data(0, 4, 64)
+    q = quant.quantize(data(1, 6, 64), "q8_0")
+    with pytest.raises(ValueError, match="do not fit"):
+        K.matmul(data(0, 4, 32), q)                       # k = 64 is 2 blocks, not 32
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.matmul(x, quant.quantize(data(1, 6, 128), "q4_0")[:, ::2])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.matmul(x, quant.quantize(data(1, 64, 6), "f16").T)
+    out = np.empty((4, 6), np.float32)
+    assert K.matmul(x, q, out=out) is out
+    np.testing.assert_array_equal(out, K.matmul(x, q))
+    assert K.matmul(np.zeros((0, 64), np.float32), q).shape == (0, 6)
+
+
+@pytest.mark.parametrize("name", quant.TYPES)
+def test_embedding_gathers_any_type(name):
+    table = quant.quantize(data(10, 50, 64), name)
+    ids = np.array([3, 0, 49, 3])
+    out = np.full((4, 64), np.nan, np.float32)
+    assert K.embedding(table, ids, out) is out
+    np.testing.assert_array_equal(out, quant.dequantize(table)[ids])
+
+
+def test_simd_extensions():
+    assert set(K.simd_extensions()) <= {"avx512_vnni", "avx512_bf16"}
