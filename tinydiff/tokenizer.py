@@ -8,6 +8,9 @@ Encoding follows the `tokenizers` pipeline, one step per function below:
   5. post-process: add BOS/EOS around the ids as the template says.
 Decoding maps tokens back to bytes and decodes UTF-8 with errors='replace'.
 
+The same tokenizer comes from a GGUF file's tokenizer.ggml.* keys (Tokenizer.from_gguf): the
+file names its pre-tokenizer, and GGUF_PRE gives the tokenizer.json parts for that name.
+
 Not supported (a ModelError names them): other models (WordPiece, Unigram, ...), other
 normalizers/pre-tokenizers/decoders, byte_fallback, BPE dropout, subword prefixes/suffixes.
 Ignored: offsets, truncation and padding settings, pair templates.
