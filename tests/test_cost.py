@@ -8,6 +8,7 @@ import pytest
 import tinydiff
 from tinydiff import cost, quant
 from tinydiff.ledger import Ledger
+from tinydiff.shapes import stored_as
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 
@@ -88,22 +89,11 @@ def test_decode_reads_every_weight_once_and_prefill_does_not_read_them_more():
     assert many["flops"] > 50 * one["flops"]
 
 
-def quantized(m, name):
-    """Model m with every matrix stored as weight type `name` (norms and biases stay f32)."""
-    w = m.weights
-    store = {id(a): quant.quantize(a, name) for a in (w.embed_tokens, w.lm_head)}  # a tied head stays tied
-    layers = [dataclasses.replace(lw, **{f: quant.quantize(a, name) for f, a in vars(lw).items()
-                                         if a is not None and a.ndim == 2}) for lw in w.layers]
-    weights = dataclasses.replace(w, embed_tokens=store[id(w.embed_tokens)], lm_head=store[id(w.lm_head)],
-                                  layers=layers)
-    return tinydiff.Model(m.config, weights, m.tokenizer)
-
-
 @pytest.mark.parametrize("name", ["q8_0", "q4_0", "f16"])
 def test_quantized_passes_equal_the_cost_model_with_their_real_weight_bytes(model, name):
     """Fractional bytes a weight (34/32 for Q8_0) book whole bytes; a decode step reads every
     matrix's real bytes (nbytes) once, plus one embedding row and the f32 norms and biases."""
-    m = quantized(model, name)
+    m = tinydiff.Model(model.config, stored_as(model.weights, name), model.tokenizer)
     wb = quant.bytes_per_weight(m.weights.layers[0].q_proj)
     ids = m.tokenizer.encode("Once upon a time")
     with Ledger() as led:

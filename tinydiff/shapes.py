@@ -23,9 +23,27 @@ def shape_config(name):
     return config_from_dict(SHAPES[name], where=f"shape {name}")
 
 
-def random_model(name, seed=0):
-    """A Model of a real shape with random weights and no tokenizer (token ids only)."""
+def random_model(name, seed=0, weight_type="f32"):
+    """A Model of a real shape with random weights and no tokenizer (token ids only); its matrices
+    stored as weight_type (tinydiff.quant: f32, f16, bf16, q8_0, q4_0)."""
     from .model import Model
     from .weights import random_weights
     cfg = shape_config(name)
-    return Model(cfg, random_weights(cfg, seed), tokenizer=None)
+    return Model(cfg, stored_as(random_weights(cfg, seed), weight_type), tokenizer=None)
+
+
+def stored_as(weights, weight_type):
+    """Weights with every matrix quantized to weight_type; the vectors (norms, biases) stay f32 and
+    a tied LM head stays the embedding itself."""
+    from . import quant
+    from .weights import LayerWeights, Weights
+    if weight_type == "f32":
+        return weights
+
+    def q(a):
+        return quant.quantize(a, weight_type) if a is not None and a.ndim == 2 else a
+
+    w = weights
+    embed = q(w.embed_tokens)
+    layers = [LayerWeights(**{field: q(a) for field, a in vars(lw).items()}) for lw in w.layers]
+    return Weights(embed, layers, w.norm, embed if w.lm_head is w.embed_tokens else q(w.lm_head))
