@@ -19,6 +19,7 @@
 #define KC 256 /* k per packed panel */
 #define ROWS_PER_TASK 16
 #define GEMM_MIN_ROWS 12 /* below this many x rows, packing weights costs more than it saves */
+#define GEMM_Q8_MIN_ROWS 4 /* the int8 GEMM's panels are bytes, cheap to pack: it wins from 3-4 rows */
 #define PREFETCH_BYTES 4096 /* typed few-rows path: how far ahead of the row being read to prefetch */
 
 struct mm {
@@ -165,11 +166,12 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
         memset(y, 0, sizeof(float) * n * m);
         return 0;
     }
-    int gemm = n >= GEMM_MIN_ROWS;
 #if defined(__x86_64__)
-    if (gemm && (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX512 && (td_simd_ext & TD_EXT_VNNI))
+    if (n >= GEMM_Q8_MIN_ROWS && (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX512 &&
+        (td_simd_ext & TD_EXT_VNNI))
         return td_gemm_q8_vnni(type, x, w, y, n, k, m);
 #endif
+    int gemm = n >= GEMM_MIN_ROWS;
     int64_t ntasks = gemm ? plan_gemm(kern, &a) : (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     td_pool_enter();
     if (tt->from_float) {

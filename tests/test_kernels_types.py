@@ -9,7 +9,7 @@ Two checks per call, with bounds derived, not tuned:
   converting x may cost, |x - x'| <= 0.57 d_x per number for Q8_0 (half a step, and d_x's f16
   rounding over 127 steps), 2^-8 |x| for bf16. This catches an x converted wrong in both the
   kernels and matmul_exact.
-Sizes: n = 1, n below the GEMM threshold (12 rows), n above it; k a multiple of 32 for the block
+Sizes: n = 1, n below the GEMM thresholds (4 rows for the int8 GEMM, 12 for the others), above; k a multiple of 32 for the block
 types (32 included; 288 and more cross a 256-number panel); m odd and across the 32-row panels.
 """
 import threading
@@ -85,7 +85,7 @@ def check(x, w, name):
 
 K_BLOCKED = st.integers(1, 20).map(lambda b: 32 * b)
 K_ANY = st.sampled_from([1, 2, 7, 16, 17, 33, 64, 100, 255, 300])
-N = st.sampled_from([1, 2, 5, 11, 12, 13, 30, 47])
+N = st.sampled_from([1, 2, 3, 4, 5, 11, 12, 13, 30, 47])
 
 
 @pytest.mark.parametrize("name", TYPES)
