@@ -89,14 +89,17 @@ TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, 
     }
     for (int64_t b = 0; b < nbk; b++) {
         __m512i s[MR][2];
-        for (int r = 0; r < MR; r++)
+        const int8_t *xq[MR]; /* the tile rows' quants of block b */
+        for (int r = 0; r < MR; r++) {
             s[r][0] = s[r][1] = _mm512_set1_epi32(-offset * a->xs[xrow[r] + b]);
+            xq[r] = a->xq[xrow[r] + b].qs;
+        }
         for (int g = 0; g < 8; g++) {
             const __m512i w0 = _mm512_load_si512(wq + (b * 8 + g) * NR * 4);
             const __m512i w1 = _mm512_load_si512(wq + (b * 8 + g) * NR * 4 + 64);
             for (int r = 0; r < MR; r++) {
                 int32_t four;
-                memcpy(&four, a->xq[xrow[r] + b].qs + 4 * g, 4);
+                memcpy(&four, xq[r] + 4 * g, 4);
                 const __m512i xv = _mm512_set1_epi32(four);
                 s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, xv);
                 s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, xv);
