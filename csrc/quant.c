@@ -459,43 +459,73 @@ TD_AVX512_VNNI TD_INLINE __m256 mul_sum_i8_pairs_vnni(__m256i x, __m256i y)
     return _mm256_cvtepi32_ps(dot);
 }
 
-/* two blocks a step into two sums, so the FMA latency is not the bound */
+/* two Q8_0 blocks' 32 quants side by side: block 0 in the low half of the zmm */
+TD_AVX512_VNNI TD_INLINE __m512i load_q8_pair(const block_q8_0 *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
+                              _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
+}
+
+/* d_w * d_x of two blocks, each in the lanes whose index in `lanes` is 0 or 1 */
+TD_AVX512_VNNI TD_INLINE __m512 scale_pair(td_fp16_t dw0, td_fp16_t dw1, td_fp16_t dx0, td_fp16_t dx1, __m512i lanes)
+{
+    __m128i h = _mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_cvtsi32_si128(dw0), dw1, 1), dx0, 2), dx1, 3);
+    const __m128 d = _mm_cvtph_ps(h);                     /* dw0 dw1 dx0 dx1 */
+    return _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_mul_ps(d, _mm_movehl_ps(d, d))));
+}
+
+/* two blocks a step in one zmm; an odd last block as AVX2 does, with vpdpbusd */
 TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_vnni(int64_t k, const void *vw, const void *vx)
 {
     const block_q8_0 *w = vw, *x = vx;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc = _mm512_setzero_ps();
     int64_t nb = k / QK8_0, i = 0;
-    for (; i < nb; i += 2) {
-        const __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        const __m256i qx0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        acc0 = _mm256_fmadd_ps(scale_8(w[i].d, x[i].d), mul_sum_i8_pairs_vnni(qw0, qx0), acc0);
-        if (i + 1 == nb)
-            break;
-        const __m256i qw1 = _mm256_loadu_si256((const __m256i *)w[i + 1].qs);
-        const __m256i qx1 = _mm256_loadu_si256((const __m256i *)x[i + 1].qs);
-        acc1 = _mm256_fmadd_ps(scale_8(w[i + 1].d, x[i + 1].d), mul_sum_i8_pairs_vnni(qw1, qx1), acc1);
+    for (; i + 2 <= nb; i += 2) {
+        const __m512i qw = load_q8_pair(w + i), qx = load_q8_pair(x + i);
+        /* the sign trick: |w| . (x with w's sign) */
+        const __m512i sx = _mm512_mask_sub_epi8(qx, _mm512_movepi8_mask(qw), _mm512_setzero_si512(), qx);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale_pair(w[i].d, w[i + 1].d, x[i].d, x[i + 1].d, lanes), acc);
     }
-    return hsum_float_8(_mm256_add_ps(acc0, acc1));
+    float s = _mm512_reduce_add_ps(acc);
+    if (i < nb) {
+        const __m256i qw = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        s += hsum_float_8(_mm256_mul_ps(scale_8(w[i].d, x[i].d), mul_sum_i8_pairs_vnni(qw, qx)));
+    }
+    return s;
 }
 
+/* two blocks a step: the nibbles as unsigned bytes, nibble . x - 8 . x = (nibble - 8) . x */
 TD_AVX512_VNNI static float vec_dot_q4_0_q8_0_vnni(int64_t k, const void *vw, const void *vx)
 {
     const block_q4_0 *w = vw;
     const block_q8_0 *x = vx;
-    const __m256i eight = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    /* lanes (4 quants each) of [block 0: 0..15 | block 1: 0..15 | block 0: 16..31 | block 1: 16..31] */
+    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i low = _mm256_set1_epi8(15);
+    const __m512i eight = _mm512_set1_epi8(8);
+    __m512 acc = _mm512_setzero_ps();
     int64_t nb = k / QK4_0, i = 0;
-    for (; i < nb; i += 2) {
-        const __m256i qw0 = _mm256_sub_epi8(bytes_from_nibbles_32(w[i].qs), eight);
-        const __m256i qx0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        acc0 = _mm256_fmadd_ps(scale_8(w[i].d, x[i].d), mul_sum_i8_pairs_vnni(qw0, qx0), acc0);
-        if (i + 1 == nb)
-            break;
-        const __m256i qw1 = _mm256_sub_epi8(bytes_from_nibbles_32(w[i + 1].qs), eight);
-        const __m256i qx1 = _mm256_loadu_si256((const __m256i *)x[i + 1].qs);
-        acc1 = _mm256_fmadd_ps(scale_8(w[i + 1].d, x[i + 1].d), mul_sum_i8_pairs_vnni(qw1, qx1), acc1);
+    for (; i + 2 <= nb; i += 2) {
+        const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[i].qs)),
+                                                  _mm_loadu_si128((const __m128i *)w[i + 1].qs), 1);
+        const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, low)),
+                                               _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
+        const __m512i qx = load_q8_pair(x + i);
+        const __m512i xs = _mm512_shuffle_i64x2(qx, qx, _MM_SHUFFLE(3, 1, 2, 0)); /* in nib's order */
+        const __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xs),
+                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xs));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale_pair(w[i].d, w[i + 1].d, x[i].d, x[i + 1].d, lanes), acc);
     }
-    return hsum_float_8(_mm256_add_ps(acc0, acc1));
+    float s = _mm512_reduce_add_ps(acc);
+    if (i < nb) {
+        const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w[i].qs), _mm256_set1_epi8(8));
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        s += hsum_float_8(_mm256_mul_ps(scale_8(w[i].d, x[i].d), mul_sum_i8_pairs_vnni(qw, qx)));
+    }
+    return s;
 }
 
 /* each entry needs the extension named in needs_ext[]; without it the AVX2 entry is used */
