@@ -96,6 +96,14 @@ def test_matmul_types(level, name, n, data_, m, seed):
 
 
 @pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("n", [1, 3, 4, 11, 12, 40])
+def test_matmul_one_block_rows(level, name, n):
+    """k = 32, one block a row, on every path; m odd, below and past one 32-row panel."""
+    for m in (7, 33):
+        check(data(n, n, 32), data(n + 1, m, 32), name)
+
+
+@pytest.mark.parametrize("name", TYPES)
 def test_matmul_types_large(level, name):
     """Many panels, x row chunks and edges at once; a 1-D x is one row."""
     x, w = data(0, 301, 800), data(1, 259, 800)
