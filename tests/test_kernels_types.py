@@ -26,9 +26,8 @@ LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]
 TYPES = ["f16", "bf16", "q8_0", "q4_0"]
 BLOCKED = {"q8_0", "q4_0"}
 U = 2.0**-24
-settings.register_profile("types", max_examples=40, deadline=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture])
-settings.load_profile("types")
+# the SIMD-level fixture is set once per test, not per example, which is what we want
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(params=LEVELS)
@@ -89,6 +88,7 @@ N = st.sampled_from([1, 2, 3, 4, 5, 11, 12, 13, 30, 47])
 
 
 @pytest.mark.parametrize("name", TYPES)
+@SETTINGS
 @given(n=N, data_=st.data(), m=st.integers(1, 70), seed=st.integers(0, 99))
 def test_matmul_types(level, name, n, data_, m, seed):
     k = data_.draw(K_BLOCKED if name in BLOCKED else K_ANY)
