@@ -232,6 +232,24 @@ def test_a_masked_diffusion_model_round_trips(tmp_path):
     assert ours.denoise_ids(ids, 8, steps=4) == hf.denoise_ids(ids, 8, steps=4)
 
 
+def test_llada_and_dream_become_llama_cpps_masked_diffusion_architectures(tmp_path):
+    from test_diffusion_models import write_llada
+    write_llada(os.path.join(HF, "llama-gqa"), str(tmp_path / "llada"), mask_token_id=2)
+    dream = tmp_path / "dream"
+    shutil.copytree(os.path.join(HF, "qwen2-bias"), dream)
+    cfg = json.loads((dream / "config.json").read_text())
+    (dream / "config.json").write_text(json.dumps({**cfg, "model_type": "Dream", "mask_token_id": 2}))
+    for name, arch, shifted in (("llada", "llada", False), ("dream", "dream", True)):
+        convert(str(tmp_path / name), str(tmp_path / f"{name}.gguf"), "f32")
+        f = open_gguf(tmp_path / f"{name}.gguf")
+        assert f.metadata["general.architecture"] == arch and f.metadata[f"{arch}.attention.causal"] is False
+        assert f.metadata["diffusion.shift_logits"] is shifted and f.metadata["tokenizer.ggml.mask_token_id"] == 2
+        ours, hf = tinydiff.load(str(tmp_path / f"{name}.gguf")), tinydiff.load(str(tmp_path / name))
+        assert not ours.config.causal and ours.config.shifted_logits is shifted
+        ids = reference("llama-gqa")["input_ids"][0]
+        np.testing.assert_array_equal(ours.logits(ids, causal=False), hf.logits(ids, causal=False))
+
+
 def test_permutation_is_llama_cpps_and_undone_by_its_inverse():
     w = np.arange(2 * 8 * 3, dtype=np.float32).reshape(16, 3)       # 2 heads of 8 rows
     llama_cpp = w.reshape(2, 2, 4, 3).swapaxes(1, 2).reshape(16, 3)  # convert_hf_to_gguf's permute
@@ -757,11 +775,11 @@ def test_convert_usage_errors(tmp_path):
 
 def test_convert_model_errors(tmp_path):
     one_line(*run("convert", "-m", str(tmp_path / "nope"), "-o", str(tmp_path / "m.gguf")), 1, "nope")
-    src = tmp_path / "dream"
+    src = tmp_path / "gemma"
     shutil.copytree(os.path.join(HF, "qwen2-bias"), src)
     cfg = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps({**cfg, "model_type": "Dream"}))
-    one_line(*run("convert", "-m", str(src), "-o", str(tmp_path / "m.gguf")), 1, "model_type Dream")
+    (src / "config.json").write_text(json.dumps({**cfg, "model_type": "gemma"}))
+    one_line(*run("convert", "-m", str(src), "-o", str(tmp_path / "m.gguf")), 1, "model_type 'gemma'")
     assert not os.path.exists(tmp_path / "m.gguf")
 
 

@@ -18,16 +18,17 @@ size, the alignment, each tensor's type, dims and byte range; no file can make i
 map. Every problem is one ModelError line naming the file and what is wrong.
 
 Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.py):
-  - keys: general.architecture ("llama" or "qwen2"), {arch}.context_length, .embedding_length,
-    .block_count, .feed_forward_length, .attention.head_count, .attention.head_count_kv,
-    .attention.key_length (head_dim), .rope.freq_base, .attention.layer_norm_rms_epsilon;
+  - keys: general.architecture (llama, qwen2; llada and dream, llama.cpp's masked-diffusion
+    models), {arch}.context_length, .embedding_length, .block_count, .feed_forward_length,
+    .attention.head_count, .attention.head_count_kv, .attention.key_length (head_dim),
+    .rope.freq_base, .attention.layer_norm_rms_epsilon, .attention.causal; diffusion.shift_logits;
     tokenizer.ggml.* for the tokenizer (tokenizer.py, Tokenizer.from_gguf).
   - tensors: token_embd, blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm /
     ffn_gate / ffn_up / ffn_down, output_norm, output (absent when tied): weights.GGUF_NAMES.
   - llama.cpp's "llama" RoPE rotates adjacent pairs where Hugging Face rotates the two halves of a
     head, so its converter permutes the rows of attn_q and attn_k (weights and biases) within each
-    head. tinydiff undoes that at load (our RoPE is HF's) and redoes it when writing. Qwen2 files
-    are not permuted: llama.cpp runs that architecture with HF's RoPE.
+    head. tinydiff undoes that at load (our RoPE is HF's) and redoes it when writing. Qwen2 and
+    Dream files are not permuted: llama.cpp runs those architectures with HF's RoPE.
   - Masked-diffusion models with a Llama layout (config.json "is_causal": false, "mask_token_id")
     are written as architecture "llama" with llama.attention.causal = false and
     tokenizer.ggml.mask_token_id: llama.cpp's own keys for those two facts (its LLaDA converter
@@ -421,10 +422,15 @@ def _value(kind, value, with_type=False):
 # Models: a GGUF file as tinydiff's Config, Weights and Tokenizer, and back
 
 
-ARCHITECTURES = ("llama", "qwen2")
+Arch = namedtuple("Arch", "permuted causal shifted")
+# The architectures tinydiff runs: whether llama.cpp's converter permutes their Q/K rows, and
+# their defaults for {arch}.attention.causal and diffusion.shift_logits (llama.cpp's LLaDA and
+# Dream are masked-diffusion models with the Llama and the Qwen2 layout).
+ARCHITECTURES = {"llama": Arch(True, True, False), "qwen2": Arch(False, True, False),
+                 "llada": Arch(True, False, False), "dream": Arch(False, False, True)}
 # Hugging Face model_type -> GGUF architecture, as llama.cpp's converter maps them (Mistral's
 # layout is Llama's)
-HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
+HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "llada": "llada", "Dream": "dream"}
 
 
 def load_gguf(path):
@@ -438,7 +444,7 @@ def load_gguf(path):
     if unused:   # rope_freqs.weight (Llama 3.1's RoPE scaling), a bias we do not add, ...
         _fail(path, f"tensor {_show(unused[0])} is not part of a {config.model_type} model as tinydiff runs it"
                     f"{f' (nor are {len(unused) - 1} more)' if len(unused) > 1 else ''}")
-    if config.model_type == "llama":   # back to HF's row order, which our RoPE expects
+    if ARCHITECTURES[config.model_type].permuted:   # back to HF's row order, which our RoPE expects
         H, KVH = config.num_attention_heads, config.num_key_value_heads
         for lw in weights.layers:
             lw.q_proj, lw.q_bias = permute_rows(lw.q_proj, H, True), permute_rows(lw.q_bias, H, True)
@@ -478,7 +484,7 @@ def config_from_gguf(f):
     arch = get("general.architecture", str)
     if arch not in ARCHITECTURES:
         _fail(f.path, f"architecture {_show(arch)} not supported (supported: {', '.join(ARCHITECTURES)})")
-    a = arch + "."
+    a, defaults = arch + ".", ARCHITECTURES[arch]
     _check_unsupported(f, a, get)
     d = get(a + "embedding_length", int)
     n_heads = get(a + "attention.head_count", int)
@@ -517,7 +523,8 @@ def config_from_gguf(f):
         tie_word_embeddings="output.weight" not in f,
         qkv_bias="blk.0.attn_q.bias" in f,
         o_bias="blk.0.attn_output.bias" in f,
-        causal=get(a + "attention.causal", bool, True),
+        causal=get(a + "attention.causal", bool, defaults.causal),
+        shifted_logits=get("diffusion.shift_logits", bool, defaults.shifted),
         bos_token_id=ids["bos_token_id"] if ids["bos_token_id"] >= 0 else None,
         eos_token_ids=tuple(dict.fromkeys(ids[k] for k in ("eos_token_id", "eot_token_id", "eom_token_id")
                                           if ids[k] >= 0)),
@@ -561,10 +568,7 @@ def convert(src, out, wtype="f16"):
     if not os.path.isdir(src):
         _fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
     cfg = load_config(src)
-    arch = HF_ARCHITECTURES.get(cfg.model_type)
-    if arch is None:
-        _fail(src, f"model_type {cfg.model_type} cannot be written as GGUF "
-                   f"(supported: {', '.join(HF_ARCHITECTURES)})")
+    arch = HF_ARCHITECTURES[cfg.model_type]     # load_config refused any other model_type
     ckpt = load_checkpoint(src)
     tok_path = os.path.join(src, "tokenizer.json")
     tok = Tokenizer.from_file(tok_path)
@@ -598,6 +602,8 @@ def _config_metadata(cfg, arch, wtype, name):
         meta[a + "attention.key_length"] = meta[a + "attention.value_length"] = ("uint32", cfg.head_dim)
     if not cfg.causal:
         meta[a + "attention.causal"] = ("bool", False)
+    if not ARCHITECTURES[arch].causal:
+        meta["diffusion.shift_logits"] = ("bool", cfg.shifted_logits)
     return meta
 
 
@@ -618,7 +624,8 @@ def _special_tokens(cfg, tok, where):
 
 def _tensor_plans(cfg, ckpt, arch, wtype):
     """{GGUF name: Planned} in llama.cpp's order, and the names stored as f16 instead of wtype."""
-    from .weights import GGUF_NAMES, HF_NAMES
+    from .weights import GGUF_NAMES, HF_NAMES, LLADA_NAMES
+    hf_names = LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES
     d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
     layer = dict(input_layernorm=(d,), q_proj=(qd, d), k_proj=(kvd, d), v_proj=(kvd, d), o_proj=(d, qd),
                  post_attention_layernorm=(d,), gate_proj=(f, d), up_proj=(f, d), down_proj=(d, f))
@@ -629,8 +636,8 @@ def _tensor_plans(cfg, ckpt, arch, wtype):
     fields = [("embed_tokens", "", (V, d))]
     fields += [(field, i, shape) for i in range(cfg.num_hidden_layers) for field, shape in layer.items()]
     fields += [("norm", "", (d,))] + ([] if cfg.tie_word_embeddings else [("lm_head", "", (V, d))])
-    heads = {"q_proj": cfg.num_attention_heads, "q_bias": cfg.num_attention_heads,
-             "k_proj": cfg.num_key_value_heads, "k_bias": cfg.num_key_value_heads} if arch == "llama" else {}
+    H, KVH = cfg.num_attention_heads, cfg.num_key_value_heads
+    heads = dict(q_proj=H, q_bias=H, k_proj=KVH, k_bias=KVH) if ARCHITECTURES[arch].permuted else {}
     plans, fallbacks = {}, []
     for field, i, shape in fields:
         def name(table):
@@ -640,7 +647,7 @@ def _tensor_plans(cfg, ckpt, arch, wtype):
             t = "f16"
             fallbacks.append(name(GGUF_NAMES))
 
-        def make(hf=name(HF_NAMES), shape=shape, t=t, n_head=heads.get(field)):
+        def make(hf=name(hf_names), shape=shape, t=t, n_head=heads.get(field)):
             w = ckpt.expect(hf, shape)
             return quant.quantize(permute_rows(w, n_head) if n_head else w, t)
         plans[name(GGUF_NAMES)] = Planned(t, shape, make)
