@@ -30,8 +30,8 @@ EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "</s>", "<|eot_id
 # per token (llama_token_type), the merges as "a b" strings, and tokenizer.ggml.pre, a name for the
 # pre-tokenizer whose regexes llama.cpp hard-codes (llama-vocab.cpp). For each name tinydiff
 # supports, the tokenizer.json parts that models of that family carry (llama.cpp's regexes are
-# rewrites of them): (normalizer, pre_tokenizer, BPE ignore_merges). A file without the key, or
-# with "default", is taken as GPT-2.
+# rewrites of them; it skips qwen2's NFC, which we keep): (normalizer, pre_tokenizer, BPE
+# ignore_merges). A file without the key, or with "default", is taken as GPT-2.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
