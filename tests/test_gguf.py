@@ -634,7 +634,8 @@ def test_a_tensor_with_too_few_bytes_for_its_dims(tmp_path, base):
 
 def test_rows_that_are_not_whole_blocks(tmp_path, base):
     kvs, tensors = base
-    tensors = [(n, "Q8_0", [40, 1], bytes(34)) if n == "blk.0.ffn_up.weight" else (n, t, e, r) for n, t, e, r in tensors]
+    tensors = [(n, "Q8_0", [40, 1], bytes(34)) if n == "blk.0.ffn_up.weight" else (n, t, e, r)
+               for n, t, e, r in tensors]
     assert "not whole Q8_0 blocks" in load_error(write(tmp_path, gguf_bytes(kvs, tensors)))
 
 

@@ -192,7 +192,8 @@ class _Reader:
     def string(self, what):
         n = self.scalar("<Q", f"{what}'s length")
         if n > self.size - self.pos:
-            self.fail(f"{what}: string length {n} at byte {self.pos - 8} runs past the end of the {self.size}-byte file")
+            self.fail(f"{what}: string length {n} at byte {self.pos - 8} runs past the end of the "
+                      f"{self.size}-byte file")
         start = self.take(n, what)
         try:
             return bytes(self.buf[start:start + n]).decode("utf-8")
@@ -549,7 +550,8 @@ def _vocab_size(f, a, get):
     tokens = f.metadata.get("tokenizer.ggml.tokens")
     n = len(tokens) if isinstance(tokens, list) else f.shape("token_embd.weight")[0]
     if get(a + "vocab_size", int, n) != n:
-        _fail(f.path, f"{a}vocab_size {f.metadata[a + 'vocab_size']} differs from the {n} tokens of tokenizer.ggml.tokens")
+        _fail(f.path, f"{a}vocab_size {f.metadata[a + 'vocab_size']} differs from the {n} tokens of "
+                      "tokenizer.ggml.tokens")
     return n
 
 

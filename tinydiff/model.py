@@ -10,7 +10,7 @@ import numpy as np
 from . import diffusion, kernels, quant
 from .config import load_config
 from .errors import ModelError, UsageError
-from .generate import Timings, decode_tokens, fit_context, stream_text
+from .generate import decode_tokens, fit_context, stream_text
 from .gguf import load_gguf
 from .safetensors import load_checkpoint
 from .sampling import SamplingParams

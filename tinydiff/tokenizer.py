@@ -416,7 +416,8 @@ class Tokenizer:
             raise ModelError(f"{where}: the merge {spaced!r} has a space inside a token, which GGUF cannot spell")
         merges = [f"{a} {b}" for a, b in pairs]
         meta = {"tokenizer.ggml.model": ("string", "gpt2"), "tokenizer.ggml.pre": ("string", self.pre_name),
-                "tokenizer.ggml.tokens": ("array[string]", tokens), "tokenizer.ggml.token_type": ("array[int32]", types),
+                "tokenizer.ggml.tokens": ("array[string]", tokens),
+                "tokenizer.ggml.token_type": ("array[int32]", types),
                 "tokenizer.ggml.merges": ("array[string]", merges)}
         if self.unk_id is not None:
             meta["tokenizer.ggml.unknown_token_id"] = ("uint32", self.unk_id)
