@@ -1,15 +1,20 @@
-/* threads.c: a persistent pthread pool. Workers sleep on a condition variable between jobs (no
-   spinning while idle). A job is fn over [0, ntasks) cut into one contiguous range per thread;
+/* threads.c: a persistent pthread pool. After a job, workers watch for the next one for up to
+   TD_SPIN_US, then sleep on a condition variable (no spinning while idle). The watch is what makes
+   two threads pay off on small matrices: waking a sleeping thread costs ~50-70 us on a VM, more
+   than a 256x256 matvec, while the next kernel of a forward pass comes a few us after the last.
+   The caller likewise watches for the workers to finish before it sleeps. A job is fn over [0, ntasks) cut into one contiguous range per thread;
    the calling thread runs range 0 itself. The job mutex lets one job run at a time, so kernels
    called from several Python threads at once (cffi drops the GIL) simply queue up. A kernel that
    needs several jobs in a row, or scratch memory between them, holds the pool across them
    (td_pool_enter / td_pool_leave). */
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include "internal.h"
 
 #define TD_MAX_THREADS 1024
-#define TD_MIN_COST_PER_THREAD 65536.0 /* float ops (some us of work) worth waking a worker (~2-4 us) */
+#define TD_MIN_COST_PER_THREAD 65536.0 /* float ops (some us of work) worth handing to a watching worker */
+#define TD_SPIN_US 200                 /* how long a worker (or the caller) watches before sleeping */
 
 static struct {
     pthread_mutex_t job;   /* held for a whole job or resize */
@@ -22,7 +27,7 @@ static struct {
     unsigned generation;   /* bumped for each job, and to stop the workers */
     unsigned spawned_at;   /* generation when the current workers were created */
     int stop;
-    int busy;              /* workers still running their part of the job */
+    unsigned busy;         /* workers still running their part of the job */
     td_range_fn fn;        /* the job: fn(ctx, ...) over [0, ntasks) in nparts ranges */
     void *ctx;
     int64_t ntasks;
@@ -39,12 +44,44 @@ static void run_part(td_range_fn fn, void *ctx, int64_t ntasks, int nparts, int 
         fn(ctx, begin, end);
 }
 
+static int64_t now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Watches *x (read without the lock) for up to TD_SPIN_US until (*x == value) == equal; 1 if it came */
+static int watch_for(const unsigned *x, unsigned value, int equal)
+{
+    int64_t until = now_us() + TD_SPIN_US;
+    for (int i = 1;; i++) {
+        if ((__atomic_load_n(x, __ATOMIC_ACQUIRE) == value) == equal)
+            return 1;
+        cpu_relax();
+        if (i % 256 == 0 && now_us() > until)
+            return 0;
+    }
+}
+
 static void *worker_main(void *arg)
 {
     int part = (int)(intptr_t)arg;
     pthread_mutex_lock(&pool.lock);
     unsigned seen = pool.spawned_at;
     for (;;) {
+        if (pool.generation == seen) {
+            pthread_mutex_unlock(&pool.lock);
+            watch_for(&pool.generation, seen, 0);
+            pthread_mutex_lock(&pool.lock);
+        }
         while (pool.generation == seen)
             pthread_cond_wait(&pool.start, &pool.lock);
         seen = pool.generation;
@@ -59,7 +96,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&pool.lock);
         run_part(fn, ctx, ntasks, nparts, part);
         pthread_mutex_lock(&pool.lock);
-        if (--pool.busy == 0)
+        if (__atomic_sub_fetch(&pool.busy, 1, __ATOMIC_RELEASE) == 0)
             pthread_cond_signal(&pool.finish);
     }
     pthread_mutex_unlock(&pool.lock);
@@ -176,13 +213,14 @@ void td_parallel_run(td_range_fn fn, void *ctx, int64_t ntasks, double cost)
         pool.ctx = ctx;
         pool.ntasks = ntasks;
         pool.nparts = (int)nparts;
-        pool.busy = (int)nparts - 1;
-        pool.generation++;
+        pool.busy = (unsigned)nparts - 1;
+        __atomic_add_fetch(&pool.generation, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&pool.start);
         pthread_mutex_unlock(&pool.lock);
     }
     run_part(fn, ctx, ntasks, (int)nparts, 0);
     if (nparts > 1) {
+        watch_for(&pool.busy, 0, 1);
         pthread_mutex_lock(&pool.lock);
         while (pool.busy > 0)
             pthread_cond_wait(&pool.finish, &pool.lock);
