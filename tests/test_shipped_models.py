@@ -1,0 +1,69 @@
+"""The models shipped in weights/: installed with the package, used when no -m is given, and trained."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tinydiff
+from tinydiff.model import default_model_path
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+STORY = "Once upon a time, there was a little girl named Lily. She liked to play in the park with her dog."
+
+
+def installed(*code_or_argv, module=False):
+    """Runs Python in tests/, so the installed package answers, not the source folder: stdout."""
+    argv = [sys.executable, "-m", "tinydiff", *code_or_argv] if module else [sys.executable, "-c", *code_or_argv]
+    p = subprocess.run(argv, capture_output=True, timeout=120, cwd=TESTS)
+    assert p.returncode == 0, p.stderr.decode()
+    return p.stdout.decode()
+
+
+@pytest.fixture(scope="module")
+def ar():
+    return tinydiff.load(default_model_path("ar"))
+
+
+@pytest.fixture(scope="module")
+def mdm():
+    return tinydiff.load(default_model_path("diffusion"))
+
+
+def test_the_installed_package_carries_both_models():
+    paths = installed("from tinydiff.model import default_model_path as d; print(d('ar')); print(d('diffusion'))")
+    ar_path, mdm_path = paths.split()
+    assert os.path.basename(ar_path) == "stories5m-ar" and os.path.basename(mdm_path) == "stories5m-mdm"
+    for path in (ar_path, mdm_path):
+        assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "loss.svg"} <= set(os.listdir(path))
+
+
+def test_generate_without_a_model_uses_the_shipped_ar_model(ar):
+    out = installed("generate", "-p", "Once upon a time", "-n", "16", "--temp", "0", module=True)
+    assert out == ar.generate("Once upon a time", 16, temperature=0) + "\n"
+
+
+def test_diffusion_mode_without_a_model_uses_the_shipped_diffusion_model(mdm):
+    out = installed("generate", "--mode", "diffusion", "-p", "Once upon a time", "-n", "16", module=True)
+    assert out == mdm.denoise("Once upon a time", gen_length=16) + "\n"
+
+
+def test_the_two_models_are_twins(ar, mdm):
+    assert ar.config.causal and not mdm.config.causal and mdm.config.mask_token_id == 2047
+    assert ar.parameter_count() == mdm.parameter_count() == 5_344_512
+    assert ar.tokenizer.encode(STORY) == mdm.tokenizer.encode(STORY)
+
+
+def test_the_ar_model_predicts_a_simple_story(ar):
+    """A uniform guess costs ln 2048 = 7.6 nats a token; the trained model about 1 on this story."""
+    ids = ar.tokenizer.encode(STORY, add_special_tokens=False)
+    logits = ar.logits(ids).astype(np.float64)                                   # [n, V]
+    logp = logits - logits.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    assert -np.mean([logp[i - 1, ids[i]] for i in range(1, len(ids))]) < 2.0
+
+
+def test_the_diffusion_model_fills_in_a_simple_story(mdm):
+    text = mdm.infill("Once upon a [MASK], there was a little [MASK] named Lily.")
+    assert "time" in text and "girl" in text
