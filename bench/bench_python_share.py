@@ -1,0 +1,70 @@
+"""How much of a decode step is Python: time outside the C kernels, per token.
+
+    python bench/bench_python_share.py [--shapes stories15M SmolLM2-135M] [-t 2] [-n 200]
+
+Each C kernel the forward pass calls is wrapped with a timer that adds up the time spent inside
+it; a decode step's wall time minus that sum is the time spent in Python (wrappers, argument
+checks, ledger tests, the loop over layers). The timers add ~0.1 us a call, counted as Python,
+so the share printed is slightly high. NumPy glue (residual adds, KV stores, embedding) counts
+as Python here: it is outside our kernels.
+"""
+import argparse
+import time
+
+import numpy as np
+
+import tinydiff
+from tinydiff import kernels
+from tinydiff.shapes import random_model
+from tinydiff.transformer import Buffers, KVCache
+
+inside = [0.0]
+
+
+def timed(fn):
+    def call(*args):
+        t0 = time.perf_counter()
+        r = fn(*args)
+        inside[0] += time.perf_counter() - t0
+        return r
+    return call
+
+
+def wrap_kernels():
+    for name in ("_matmul", "_rmsnorm", "_rope", "_silu_mul", "_attention"):
+        setattr(kernels, name, timed(getattr(kernels, name)))
+    kernels._MATMUL_TYPED = {dt: (timed(fn), ctype) for dt, (fn, ctype) in kernels._MATMUL_TYPED.items()}
+
+
+def decode_seconds(model, n):
+    """(wall seconds, seconds inside C) per decode step, n steps after a 16-token prefill."""
+    cache, buf = KVCache(model.config, 16 + n), Buffers(model.config, 16)
+    model.forward(np.ones((1, 16), np.int64), cache, buf, 0)
+    inside[0] = 0.0
+    t0 = time.perf_counter()
+    for i in range(n):
+        model.forward(np.array([[5]]), cache, buf, 16 + i)
+    return (time.perf_counter() - t0) / n, inside[0] / n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="+", default=["stories15M", "SmolLM2-135M"])
+    ap.add_argument("--types", nargs="+", default=["f32"])
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-n", type=int, default=200)
+    args = ap.parse_args()
+    tinydiff.set_threads(args.threads)
+    wrap_kernels()
+    print(f"{'shape':14s} {'type':5s} {'ms/token':>9s} {'in C':>8s} {'Python':>8s} {'share':>6s}")
+    for shape in args.shapes:
+        for wtype in args.types:
+            model = random_model(shape, weight_type=wtype)
+            decode_seconds(model, 5)                                  # warm up
+            wall, c = min((decode_seconds(model, args.n) for _ in range(3)), key=lambda r: r[0])
+            print(f"{shape:14s} {wtype:5s} {wall * 1e3:9.3f} {c * 1e3:8.3f} {(wall - c) * 1e3:8.3f} "
+                  f"{(wall - c) / wall:6.1%}")
+
+
+if __name__ == "__main__":
+    main()
