@@ -261,6 +261,17 @@ def test_cost_prints_ar_and_diffusion_rows_and_draws_the_plot(capsys, fixed_roof
     assert "autoregressive" in text and "canvas 64" in text
 
 
+def test_cost_by_weight_type_reads_fewer_bytes_per_token(capsys, fixed_roofline, llada_dir):
+    assert main(["cost", "-m", MODEL, "-m", llada_dir, "-n", "8", "--type", "f32,f16,q8_0"]) == 0
+    rows = {line[:44].strip(): line.split() for line in capsys.readouterr().out.splitlines()}
+    mb_token = {t: float(rows[f"{t} autoregressive, greedy"][-6]) for t in ("f32", "f16", "q8_0")}
+    assert mb_token["f32"] > mb_token["f16"] > mb_token["q8_0"]                  # the weights shrink
+    gflop = {t: rows[f"{t} diffusion steps=8"][-8] for t in ("f32", "f16", "q8_0")}
+    assert len(set(gflop.values())) == 1                                         # the arithmetic does not
+    assert main(["cost", "-m", MODEL, "--type", "q5_k"]) == 2
+    assert "unknown weight type 'q5_k'" in capsys.readouterr().err
+
+
 def test_roofline_command_reports_the_machine(capsys, fixed_roofline):
     assert main(["roofline"]) == 0
     out = capsys.readouterr().out

@@ -113,6 +113,9 @@ def build_parser():
     c.add_argument("--block", type=int, default=None, help="diffusion block length")
     c.add_argument("--threshold", type=float, default=None, help="Fast-dLLM confidence threshold")
     c.add_argument("--cache", default="none", choices=["none", "prefix", "dual"], help="diffusion KV cache")
+    c.add_argument("--type", default=None, metavar="T1,T2,...",
+                   help="also run with the matrices stored as these weight types (f32,f16,bf16,q8_0,q4_0), "
+                        "quantized in memory: bytes per token fall with the type, a large step's time much less")
     c.add_argument("--plot", default=None, help="draw the runs on the roofline into FILE.svg (or .png)")
     c.set_defaults(run=cmd_cost)
 
@@ -264,6 +267,18 @@ def cmd_bench(args):
         print(as_json(results))
 
 
+def _weight_types(text):
+    """[None] (the models as loaded), or the --type list checked against tinydiff.quant's names."""
+    from .quant import TYPES
+    if text is None:
+        return [None]
+    types = [t.strip() for t in text.split(",")]
+    for t in types:
+        if t not in TYPES:
+            raise UsageError(f"cost: unknown weight type {t!r} in --type; choose from {', '.join(TYPES)}")
+    return types
+
+
 def cmd_cost(args):
     import dataclasses
     from . import cost_table
@@ -285,14 +300,19 @@ def cmd_cost(args):
                       ar.weights, ar.tokenizer)
     roofline = _roofline(args.threads)
     runs = []
-    if ar is not None:
-        ids = ar.encode_prompt(args.prompt)
-        runs.append(cost_table.measure("autoregressive, greedy", roofline,
-                                       lambda: ar.generate_ids(ids, args.n_predict, temperature=0)))
-    ids = dm.encode_prompt(args.prompt)
-    for setting in cost_table.diffusion_settings(args.n_predict, args):
-        runs.append(cost_table.measure(cost_table.describe(setting), roofline,
-                                       lambda s=setting: dm.denoise_ids(ids, args.n_predict, eos="keep", **s)))
+    for wtype in _weight_types(args.type):
+        prefix = f"{wtype} " if wtype else ""
+        if ar is not None:
+            m = cost_table.stored_as(ar, wtype)
+            ids = m.encode_prompt(args.prompt)
+            runs.append(cost_table.measure(prefix + "autoregressive, greedy", roofline,
+                                           lambda m=m, ids=ids: m.generate_ids(ids, args.n_predict, temperature=0)))
+        m = cost_table.stored_as(dm, wtype)
+        ids = m.encode_prompt(args.prompt)
+        for setting in cost_table.diffusion_settings(args.n_predict, args)[:1 if wtype else None]:
+            runs.append(cost_table.measure(prefix + cost_table.describe(setting), roofline,
+                                           lambda s=setting, m=m, ids=ids: m.denoise_ids(ids, args.n_predict,
+                                                                                       eos="keep", **s)))
     print(cost_table.table(runs, roofline))
     if args.plot:
         from .plot import roofline_svg

@@ -42,6 +42,14 @@ def measure(label, roofline, generate):
     return Run(label, len(ids), led.passes, led.sampling["flops"], seconds, predicted)
 
 
+def stored_as(model, weight_type):
+    """The model with its matrices stored as weight_type (None: as loaded), quantized in memory."""
+    from .shapes import stored_as as weights_as
+    if weight_type is None:
+        return model
+    return type(model)(model.config, weights_as(model.weights, weight_type), model.tokenizer)
+
+
 def diffusion_settings(n, args):
     """The user's one setting, or a spread from one-token-per-step to cached threshold decoding."""
     if any(v is not None for v in (args.steps, args.block, args.threshold)) or args.cache != "none":
