@@ -225,15 +225,20 @@ def roofline_svg(roofline, points, path):
             raise UsageError(f"plot: {path}: PNG needs matplotlib (pip install matplotlib); "
                              "or give a .svg path") from None
         pts = _checked(points)
-
-        def write(tmp):
-            _png(roofline, pts, tmp)
+        _write(path, lambda tmp: _png(roofline, pts, tmp))
     else:
-        text = svg(roofline, points)
+        _write_text(path, svg(roofline, points))
 
-        def write(tmp):
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
+
+def _write_text(path, text):
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    _write(path, write)
+
+
+def _write(path, write):
+    """write(tmp) into a temporary file renamed to path: a reader never sees half a picture."""
     try:
         write_atomic(str(path), write)
     except OSError as e:
@@ -271,12 +276,4 @@ def loss_svg(rows, title, path):
         line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s)
         out += [f'<polyline class="{key}" fill="none" stroke="{color}" stroke-width="2" points="{line}"/>',
                 _text(W - RIGHT - 10, TOP + 18 + 16 * n, key.replace("_", " "), f'text-anchor="end" fill="{color}"')]
-    text = "\n".join(out + ["</svg>", ""])
-
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-    try:
-        write_atomic(str(path), write)
-    except OSError as e:
-        raise UsageError(f"plot: cannot write {path}: {e.strerror or e}") from None
+    _write_text(path, "\n".join(out + ["</svg>", ""]))
