@@ -24,11 +24,13 @@ when `passes` is read (booking sits in the decode loop; reading the ledger does 
 import threading
 
 BYTE_KINDS = ("weights", "kv_read", "kv_write", "activations")
-_local = threading.local()
 
 
-def _open():
-    return getattr(_local, "stack", None)
+class _Local(threading.local):
+    stack = ()   # this thread's open ledgers, innermost last (a class default: reading it is cheap)
+
+
+_local = _Local()
 
 
 def _empty():
@@ -43,26 +45,26 @@ def _add(into, flops, nbytes):
 
 def begin_pass(tokens):
     """Opens a new pass entry in every open ledger (transformer.forward calls this first)."""
-    for led in _open() or ():
+    for led in _local.stack:
         led._log.append((None, tokens))
 
 
 def book(op, cost):
     """Books one operation's cost, (flops, {byte kind: bytes}) as tinydiff.cost gives it, in the
     current pass of every open ledger."""
-    for led in _open() or ():
+    for led in _local.stack:
         led._log.append((op, cost))
 
 
 def book_sampling(cost):
     """Books the sampler's work, (flops, {byte kind: bytes}): it reads logits, it runs no model."""
     flops, nbytes = cost
-    for led in _open() or ():
+    for led in _local.stack:
         _add(led.sampling, flops, nbytes)
 
 
 def active():
-    return bool(_open())
+    return bool(_local.stack)
 
 
 class Ledger:
@@ -88,7 +90,7 @@ class Ledger:
         return self._passes
 
     def __enter__(self):
-        if _open() is None:
+        if not _local.stack:
             _local.stack = []
         _local.stack.append(self)
         return self
