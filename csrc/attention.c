@@ -1,16 +1,25 @@
 /* attention.c: fused scaled dot-product attention with an online softmax.
 
-   For one query row and head, keys are visited once, in blocks of KB: the block's scores are
-   computed, then the running max m, the running sum l = sum exp(s - m) and the running output
-   acc = sum exp(s - m) v are rescaled by exp(m_old - m_new) when the max grows. out = acc / l.
-   Grouped-query heads: head h reads kv head h / (heads / kv_heads). Threads split the
-   (query, head) pairs; pairs sharing a kv head are adjacent, so K and V stay in cache. */
+   Keys are visited once, in blocks of KB: the block's scores are computed, then each row's running
+   max m, running sum l = sum exp(s - m) and running output acc = sum exp(s - m) v are rescaled by
+   exp(m_old - m_new) when the max grows. out = acc / l. Grouped-query heads: head h reads kv head
+   h / (heads / kv_heads).
+
+   Many queries (prefill, diffusion): a task takes up to RMAX rows, each a (query, head) pair, from
+   a block of queries times the heads sharing one kv head. Vectors run over the rows, so the scores
+   S^T[KB][rows] = K Q^T and the output O^T[hd][rows] += V^T P^T are small GEMMs in registers (each
+   key and value row is read once per task, straight from the cache, with no transpose) and the
+   softmax needs no horizontal sums. Threads split the tasks; under causal masking they are ordered
+   first, last, second, second last... query block, so any contiguous range costs about the same.
+   One query (decoding): a head per task, dot products straight from k; the tiled path would leave
+   most lanes empty. */
 #include <math.h>
 #include <stdlib.h>
 #include "internal.h"
 
-#define KB 64 /* keys per block */
-#define QB 16 /* queries per task */
+#define KB 64          /* keys per block */
+#define RMAX 48        /* rows per task of the tiled path: a multiple of every VL */
+#define TILE_MIN_N 2   /* from this many queries on, the tiled path (it wins even half empty) */
 
 struct attn {
     const float *q;      /* [n,heads,hd] */
@@ -20,6 +29,10 @@ struct attn {
     int64_t n, t, heads, kv_heads, hd, q_pos0;
     int causal;
     float scale;
+    int64_t group;       /* heads per kv head */
+    int64_t nh, qb;      /* tiled: heads and queries per task (nh * qb <= RMAX) */
+    int64_t hchunks;     /* tiled: tasks of nh heads per kv head */
+    int64_t qblocks;     /* tiled: query blocks of qb */
 };
 
 #define TD_ISA_FILE "attention_isa.h"
@@ -29,6 +42,14 @@ void td_attention_f32(const float *q, const float *k, const float *v, float *out
                       int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd,
                       int causal, int64_t q_pos0, float scale)
 {
-    struct attn a = {q, k, v, out, mask, n, t, heads, kv_heads, hd, q_pos0, causal, scale};
-    td_parallel_for(TD_PICK(attend_range), &a, (n + QB - 1) / QB * heads, 4.0 * t * hd * (n < QB ? n : QB));
+    struct attn a = {q, k, v, out, mask, n, t, heads, kv_heads, hd, q_pos0, causal, scale, heads / kv_heads};
+    if (n < TILE_MIN_N || heads == 0) { /* (no heads: no tasks) */
+        td_parallel_for(TD_PICK(attend_rows), &a, n * heads, 4.0 * t * hd);
+        return;
+    }
+    a.nh = a.group < RMAX ? a.group : RMAX;
+    a.qb = RMAX / a.nh;
+    a.hchunks = (a.group + a.nh - 1) / a.nh;
+    a.qblocks = (n + a.qb - 1) / a.qb;
+    td_parallel_for(TD_PICK(attend_tiles), &a, a.qblocks * kv_heads * a.hchunks, 4.0 * t * hd * a.qb * a.nh);
 }

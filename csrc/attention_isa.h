@@ -1,5 +1,10 @@
-/* attention_isa.h: the attention kernel for one instruction set (included by foreach_isa.h). */
+/* attention_isa.h: the attention kernels for one instruction set (included by foreach_isa.h). */
 #include "exp_isa.h"
+#define VI TD_CAT(vi, VL)
+#define RT (VL == 16 ? 3 : 2) /* register tile: RT row vectors by AT keys (or value dims), so */
+#define AT (VL == 16 ? 8 : 6) /* RT * AT accumulators, RT loads and a broadcast fit the registers */
+
+/* ---- one query: a (query, head) row at a time ---- */
 
 TARGET TD_INLINE float ISA(dot1)(const float *q, const float *k, int64_t hd)
 {
@@ -55,75 +60,6 @@ TARGET TD_INLINE void ISA(scale)(float *y, float c, int64_t len)
         y[i] *= c;
 }
 
-/* acc[0:nr][d:d + nv*VL] += p[0:nr][0:nb] @ v[0:nb][d:d + nv*VL], p rows KB apart, acc rows hd apart,
-   value rows kvstride apart; nr x nv accumulators stay in registers while the keys go by */
-TARGET TD_INLINE void ISA(pv_tile)(float *acc, const float *p, const float *v, int64_t kvstride, int64_t nb,
-                                   int64_t hd, int64_t d, const int nr, const int nv)
-{
-    VEC t[4][2];
-    for (int r = 0; r < nr; r++)
-        for (int u = 0; u < nv; u++)
-            t[r][u] = vload(acc + r * hd + d + u * VL);
-    for (int64_t j = 0; j < nb; j++) {
-        VEC vj[2];
-        for (int u = 0; u < nv; u++)
-            vj[u] = vload(v + j * kvstride + d + u * VL);
-        for (int r = 0; r < nr; r++)
-            for (int u = 0; u < nv; u++)
-                t[r][u] += p[r * KB + j] * vj[u];
-    }
-    for (int r = 0; r < nr; r++)
-        for (int u = 0; u < nv; u++)
-            vstore(acc + r * hd + d + u * VL, t[r][u]);
-}
-
-/* acc[0:nr][hd] += p[0:nr][0:nb] @ v[0:nb][hd], nr = 1 or 4 */
-TARGET TD_INLINE void ISA(pv_rows)(float *acc, const float *p, const float *v, int64_t kvstride, int64_t nb,
-                                   int64_t hd, const int nr)
-{
-    int64_t d = 0;
-    for (; d + 2 * VL <= hd; d += 2 * VL)
-        ISA(pv_tile)(acc, p, v, kvstride, nb, hd, d, nr, 2);
-    for (; d + VL <= hd; d += VL)
-        ISA(pv_tile)(acc, p, v, kvstride, nb, hd, d, nr, 1);
-    for (; d < hd; d++)
-        for (int r = 0; r < nr; r++)
-            for (int64_t j = 0; j < nb; j++)
-                acc[r * hd + d] += p[r * KB + j] * v[j * kvstride + d];
-}
-
-/* acc[nq][hd] += p[nq][KB] @ v[nb][hd]: four queries at a time share each value vector loaded */
-TARGET TD_INLINE void ISA(add_values)(float *acc, const float *p, int64_t nq, const float *v, int64_t kvstride,
-                                      int64_t nb, int64_t hd)
-{
-    int64_t r = 0;
-    for (; r + 4 <= nq; r += 4)
-        ISA(pv_rows)(acc + r * hd, p + r * KB, v, kvstride, nb, hd, 4);
-    for (; r < nq; r++)
-        ISA(pv_rows)(acc + r * hd, p + r * KB, v, kvstride, nb, hd, 1);
-}
-
-/* kt[hd][KB] = the first nb of KB keys (rows stride apart) transposed; zero past nb */
-TARGET TD_INLINE void ISA(pack_keys)(const float *k, int64_t stride, int64_t nb, int64_t hd, float *kt)
-{
-    for (int64_t j = 0; j < KB; j++)
-        for (int64_t d = 0; d < hd; d++)
-            kt[d * KB + j] = j < nb ? k[j * stride + d] : 0.0f;
-}
-
-/* s[KB] = q[hd] . kt[hd][KB]: the vectors run over keys, so there are no horizontal sums */
-TARGET TD_INLINE void ISA(scores_packed)(const float *q, const float *kt, int64_t hd, float *s)
-{
-    VEC acc[KB / VL];
-    for (int c = 0; c < KB / VL; c++)
-        acc[c] = (VEC){0};
-    for (int64_t d = 0; d < hd; d++)
-        for (int c = 0; c < KB / VL; c++)
-            acc[c] += q[d] * vload(kt + d * KB + c * VL);
-    for (int c = 0; c < KB / VL; c++)
-        vstore(s + c * VL, acc[c]);
-}
-
 /* One query's softmax over a key block, online: s[KB] holds the raw scores q.k; keys from nb on and
    those with allowed[j] == 0 (allowed may be NULL) get weight 0. Turns s into the weights
    exp(s*scale - m) under the running max *m, adds them to the running sum *l, and rescales the
@@ -155,55 +91,206 @@ TARGET TD_INLINE void ISA(softmax_block)(const struct attn *a, float *s, int64_t
     *l += vsum(sum);
 }
 
-/* Queries [i0, i0 + nq) of head h. With four or more queries each key block is transposed once
-   (kt) and shared by all of them; a lone query (decoding) takes dot products straight from k.
-   scratch holds kt[hd][KB], p[QB][KB], acc[QB][hd], m[QB], l[QB]. */
-TARGET TD_INLINE void ISA(attend_block)(const struct attn *a, int64_t i0, int64_t nq, int64_t h, float *scratch)
+/* acc[hd] += p[nb] @ v[nb][hd], value rows kvstride apart */
+TARGET TD_INLINE void ISA(add_values)(float *acc, const float *p, const float *v, int64_t kvstride, int64_t nb,
+                                      int64_t hd)
 {
-    int64_t hd = a->hd, kvstride = a->kv_heads * hd, packed = nq >= 4;
-    const float *k = a->k + h / (a->heads / a->kv_heads) * hd, *v = k - a->k + a->v;
-    float *kt = scratch, *p = kt + hd * KB, *acc = p + QB * KB, *m = acc + QB * hd, *l = m + QB;
-    int64_t end = a->t; /* keys any query of the block may see */
-    if (a->causal && a->q_pos0 + i0 + nq < end)
-        end = a->q_pos0 + i0 + nq;
-    memset(acc, 0, sizeof(float) * nq * hd);
-    for (int64_t r = 0; r < nq; r++)
-        m[r] = -INFINITY, l[r] = 0.0f;
-    for (int64_t j0 = 0; j0 < end; j0 += KB) {
-        int64_t nb = end - j0 < KB ? end - j0 : KB;
-        if (packed)
-            ISA(pack_keys)(k + j0 * kvstride, kvstride, nb, hd, kt);
-        for (int64_t r = 0; r < nq; r++) { /* p[r] = query r's weights for the block's keys */
-            int64_t i = i0 + r, nbi = nb;
-            if (a->causal && a->q_pos0 + i + 1 - j0 < nbi)
-                nbi = a->q_pos0 + i + 1 - j0 > 0 ? a->q_pos0 + i + 1 - j0 : 0;
-            const float *q = a->q + (i * a->heads + h) * hd;
-            if (packed)
-                ISA(scores_packed)(q, kt, hd, p + r * KB);
-            else
-                ISA(scores)(q, k + j0 * kvstride, kvstride, hd, nbi, p + r * KB);
-            const uint8_t *allowed = a->mask ? a->mask + i * a->t + j0 : NULL;
-            ISA(softmax_block)(a, p + r * KB, nbi, allowed, m + r, l + r, acc + r * hd);
+    int64_t d = 0;
+    for (; d + 2 * VL <= hd; d += 2 * VL) {
+        VEC a0 = vload(acc + d), a1 = vload(acc + d + VL);
+        for (int64_t j = 0; j < nb; j++) {
+            a0 += p[j] * vload(v + j * kvstride + d);
+            a1 += p[j] * vload(v + j * kvstride + d + VL);
         }
-        ISA(add_values)(acc, p, nq, v + j0 * kvstride, kvstride, nb, hd);
+        vstore(acc + d, a0), vstore(acc + d + VL, a1);
     }
-    for (int64_t r = 0; r < nq; r++) {
-        float *out = a->out + ((i0 + r) * a->heads + h) * hd, inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    for (; d + VL <= hd; d += VL) {
+        VEC a0 = vload(acc + d);
+        for (int64_t j = 0; j < nb; j++)
+            a0 += p[j] * vload(v + j * kvstride + d);
+        vstore(acc + d, a0);
+    }
+    for (; d < hd; d++)
+        for (int64_t j = 0; j < nb; j++)
+            acc[d] += p[j] * v[j * kvstride + d];
+}
+
+/* tasks [b, e): task = query * heads + head */
+TARGET static void ISA(attend_rows)(void *ctx, int64_t b, int64_t e)
+{
+    const struct attn *a = ctx;
+    int64_t hd = a->hd, kvstride = a->kv_heads * hd;
+    float *p = malloc(sizeof(float) * (KB + hd)), *acc = p + KB; /* p[KB] weights, acc[hd] output */
+    if (!p)
+        abort();
+    for (int64_t task = b; task < e; task++) {
+        int64_t i = task / a->heads, h = task % a->heads, end = a->t;
+        const float *q = a->q + task * hd, *k = a->k + h / a->group * hd, *v = k - a->k + a->v;
+        if (a->causal && a->q_pos0 + i + 1 < end)
+            end = a->q_pos0 + i + 1;
+        float m = -INFINITY, l = 0.0f;
+        memset(acc, 0, sizeof(float) * hd);
+        for (int64_t j0 = 0; j0 < end; j0 += KB) {
+            int64_t nb = end - j0 < KB ? end - j0 : KB;
+            ISA(scores)(q, k + j0 * kvstride, kvstride, hd, nb, p);
+            ISA(softmax_block)(a, p, nb, a->mask ? a->mask + i * a->t + j0 : NULL, &m, &l, acc);
+            ISA(add_values)(acc, p, v + j0 * kvstride, kvstride, nb, hd);
+        }
+        float *out = a->out + task * hd, inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int64_t d = 0; d < hd; d++)
-            out[d] = acc[r * hd + d] * inv;
+            out[d] = acc[d] * inv;
+    }
+    free(p);
+}
+
+/* ---- many queries: RMAX (query, head) rows at a time, the rows in the vector lanes ---- */
+
+/* c[a][0:nr*VL] (+)= sum over l < len of x[a*xa + l*xl] * y[l][0:nr*VL] for a < na; c and y rows are
+   rp floats apart. Each y vector loaded serves na rows of c, each x value broadcast nr vectors. */
+TARGET TD_INLINE void ISA(tile)(float *c, const float *x, int64_t xa, int64_t xl, const float *y, int64_t rp,
+                                int64_t len, int accumulate, const int na, const int nr)
+{
+    VEC acc[AT][RT];
+    for (int i = 0; i < na; i++)
+        for (int r = 0; r < nr; r++)
+            acc[i][r] = accumulate ? vload(c + i * rp + r * VL) : (VEC){0};
+    for (int64_t l = 0; l < len; l++) {
+        VEC yv[RT];
+        for (int r = 0; r < nr; r++)
+            yv[r] = vload(y + l * rp + r * VL);
+        for (int i = 0; i < na; i++) {
+            float xv = x[i * xa + l * xl];
+            for (int r = 0; r < nr; r++)
+                acc[i][r] += xv * yv[r];
+        }
+    }
+    for (int i = 0; i < na; i++)
+        for (int r = 0; r < nr; r++)
+            vstore(c + i * rp + r * VL, acc[i][r]);
+}
+
+/* ISA(tile) with nr (1..RT) row vectors known only at run time */
+TARGET TD_INLINE void ISA(tile_nr)(float *c, const float *x, int64_t xa, int64_t xl, const float *y, int64_t rp,
+                                   int64_t len, int accumulate, const int na, int64_t nr)
+{
+    if (nr == RT)
+        ISA(tile)(c, x, xa, xl, y, rp, len, accumulate, na, RT);
+    else if (nr == 2)
+        ISA(tile)(c, x, xa, xl, y, rp, len, accumulate, na, 2);
+    else
+        ISA(tile)(c, x, xa, xl, y, rp, len, accumulate, na, 1);
+}
+
+/* c[na][rp] (+)= x y as in ISA(tile), for all na rows of c and all rp / VL row vectors */
+TARGET static void ISA(gemm_rows)(float *c, const float *x, int64_t xa, int64_t xl, const float *y, int64_t rp,
+                                  int64_t len, int accumulate, int64_t na)
+{
+    for (int64_t r = 0; r < rp; r += RT * VL) {
+        int64_t nr = (rp - r) / VL < RT ? (rp - r) / VL : RT, i = 0;
+        for (; i + AT <= na; i += AT)
+            ISA(tile_nr)(c + i * rp + r, x + i * xa, xa, xl, y + r, rp, len, accumulate, AT, nr);
+        for (; i < na; i++)
+            ISA(tile_nr)(c + i * rp + r, x + i * xa, xa, xl, y + r, rp, len, accumulate, 1, nr);
     }
 }
 
-/* tasks [b, e): task = query block * heads + head */
-TARGET static void ISA(attend_range)(void *ctx, int64_t b, int64_t e)
+/* Online softmax over a key block, a row per lane: st[nb][rp] holds the scores (-inf where the mask
+   said no) and becomes the weights exp(s - m) under the running max m[rp]; l[rp] gets their sums and
+   ot[hd][rp], the output so far, is rescaled by exp(m_old - m_new). causal: key j0 + j is also
+   masked for rows whose last visible position lim[rp] is below it. */
+TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64_t j0, int causal,
+                                        const int32_t *lim, float *m, float *l, float *ot, int64_t hd)
+{
+    const VEC ninf = (VEC){0} - __builtin_inff();
+    for (int64_t r = 0; r < rp; r += VL) {
+        VI last;
+        memcpy(&last, lim + r, sizeof last);
+        VEC bmax = ninf;
+        for (int64_t j = 0; j < nb; j++) {
+            VEC s = vload(st + j * rp + r);
+            if (causal) {
+                s = ISA(vselect)((VI){0} + (int32_t)(j0 + j) > last, ninf, s);
+                vstore(st + j * rp + r, s);
+            }
+            bmax = ISA(vmax)(bmax, s);
+        }
+        VEC mold = vload(m + r), mnew = ISA(vmax)(mold, bmax);
+        VEC base = ISA(vselect)(mnew == ninf, (VEC){0}, mnew); /* rows with no key yet: exp(-inf - 0) = 0 */
+        VEC c = ISA(vexp)(mold - base), sum = {0};
+        for (int64_t j = 0; j < nb; j++) {
+            VEC p = ISA(vexp)(vload(st + j * rp + r) - base);
+            vstore(st + j * rp + r, p);
+            sum += p;
+        }
+        vstore(l + r, vload(l + r) * c + sum);
+        vstore(m + r, mnew);
+        for (int64_t d = 0; d < hd; d++)
+            vstore(ot + d * rp + r, vload(ot + d * rp + r) * c);
+    }
+}
+
+/* st[j][r] = -inf where the mask keeps row r's query (row r = query il * nh + head) from key j0 + j */
+TARGET TD_INLINE void ISA(mask_rows)(const struct attn *a, float *st, int64_t nb, int64_t rp, int64_t i0, int64_t nq,
+                                     int64_t nh, int64_t j0)
+{
+    for (int64_t il = 0; il < nq; il++) {
+        const uint8_t *allowed = a->mask + (i0 + il) * a->t + j0;
+        for (int64_t j = 0; j < nb; j++)
+            if (!allowed[j])
+                for (int64_t hl = 0; hl < nh; hl++)
+                    st[j * rp + il * nh + hl] = -INFINITY;
+    }
+}
+
+/* Queries [i0, i0 + nq) times heads [h0, h0 + nh), all of one kv head: rows r = il * nh + hl, padded
+   to rp, a multiple of VL. scratch: qt[hd][RMAX], st[KB][RMAX], ot[hd][RMAX], m, l, lim[RMAX]. */
+TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t nq, int64_t h0, int64_t nh,
+                                       float *scratch)
+{
+    int64_t hd = a->hd, kvstride = a->kv_heads * hd, rows = nq * nh, rp = (rows + VL - 1) / VL * VL;
+    const float *k = a->k + h0 / a->group * hd, *v = k - a->k + a->v;
+    float *qt = scratch, *st = qt + hd * RMAX, *ot = st + KB * RMAX, *m = ot + hd * RMAX, *l = m + RMAX;
+    int32_t *lim = (int32_t *)(l + RMAX);
+    for (int64_t r = 0; r < rp; r++) { /* padding rows: q = 0, harmless and never written out */
+        const float *q = a->q + ((i0 + r / nh) * a->heads + h0 + r % nh) * hd;
+        for (int64_t d = 0; d < hd; d++)
+            qt[d * rp + r] = r < rows ? q[d] * a->scale : 0.0f, ot[d * rp + r] = 0.0f;
+        m[r] = -INFINITY, l[r] = 0.0f, lim[r] = (int32_t)(a->q_pos0 + i0 + r / nh);
+    }
+    int64_t end = a->t; /* keys any query of the block may see */
+    if (a->causal && a->q_pos0 + i0 + nq < end)
+        end = a->q_pos0 + i0 + nq;
+    for (int64_t j0 = 0; j0 < end; j0 += KB) {
+        int64_t nb = end - j0 < KB ? end - j0 : KB;
+        ISA(gemm_rows)(st, k + j0 * kvstride, kvstride, 1, qt, rp, hd, 0, nb); /* st[j] = scale q k_j */
+        if (a->mask)
+            ISA(mask_rows)(a, st, nb, rp, i0, nq, nh, j0);
+        ISA(softmax_rows)(st, nb, rp, j0, a->causal && j0 + nb - 1 > a->q_pos0 + i0, lim, m, l, ot, hd);
+        ISA(gemm_rows)(ot, v + j0 * kvstride, 1, kvstride, st, rp, nb, 1, hd); /* ot[d] += p v[.][d] */
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        float *out = a->out + ((i0 + r / nh) * a->heads + h0 + r % nh) * hd, inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        for (int64_t d = 0; d < hd; d++)
+            out[d] = ot[d * rp + r] * inv;
+    }
+}
+
+/* tasks [b, e): task = query block order * kv_heads * hchunks + kv head * hchunks + head chunk, the
+   query blocks in the order first, last, second, second last... */
+TARGET static void ISA(attend_tiles)(void *ctx, int64_t b, int64_t e)
 {
     const struct attn *a = ctx;
-    float *scratch = malloc(sizeof(float) * (KB * a->hd + QB * KB + QB * a->hd + 2 * QB)); /* attend_block */
+    float *scratch = malloc(sizeof(float) * ((2 * a->hd + KB + 3) * RMAX)); /* attend_tile */
     if (!scratch)
         abort();
     for (int64_t task = b; task < e; task++) {
-        int64_t i0 = task / a->heads * QB, nq = a->n - i0 < QB ? a->n - i0 : QB;
-        ISA(attend_block)(a, i0, nq, task % a->heads, scratch);
+        int64_t per = a->kv_heads * a->hchunks, o = task / per, kvh = task % per / a->hchunks;
+        int64_t qblock = o % 2 ? a->qblocks - 1 - o / 2 : o / 2, i0 = qblock * a->qb;
+        int64_t h0 = kvh * a->group + task % a->hchunks * a->nh, nh = kvh * a->group + a->group - h0;
+        ISA(attend_tile)(a, i0, a->n - i0 < a->qb ? a->n - i0 : a->qb, h0, nh < a->nh ? nh : a->nh, scratch);
     }
     free(scratch);
 }
+#undef VI
+#undef RT
+#undef AT

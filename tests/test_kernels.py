@@ -214,6 +214,27 @@ def test_attention(level, n, extra, kvh, group, hd, mode, seed):
         assert np.all(got[~allowed.any(1)] == 0), "a query with no key allowed gets zeros"
 
 
+@settings(max_examples=60)
+@given(n=st.integers(1, 70), extra=st.integers(0, 140), kvh=st.integers(1, 2),
+       group=st.sampled_from([1, 2, 3, 4, 9, 50]), hd=st.sampled_from([1, 3, 17, 64]),
+       mode=st.sampled_from(["causal", "bidirectional", "mask", "mask+causal"]), seed=st.integers(0, 99),
+       behind=st.integers(0, 20))
+def test_attention_tiles(level, n, extra, kvh, group, hd, mode, seed, behind):
+    """The many-query path: query blocks of 48 rows (16 queries of 3 heads, 48 of 1, 5 of 9, heads
+    past 48 in several tasks), key blocks of 64 and their ends, rows with no key in a block or at all."""
+    t = n + extra
+    q, k, v = data(seed, n, kvh * group, hd), data(seed + 1, t, kvh, hd), data(seed + 2, t, kvh, hd)
+    mask = None
+    if "mask" in mode:
+        rng = np.random.default_rng(seed)
+        mask = rng.random((n, t)) < 0.7
+        mask[::5] = False                       # queries that may attend nothing
+        mask[1::3, 64:128] = False              # a key block with nothing to see for some queries
+    got = check_attention(q, k, v, causal="causal" in mode, q_pos0=max(extra - behind, 0), mask=mask)
+    if mask is not None:
+        assert np.all(got[::5] == 0), "a query with no key allowed gets zeros"
+
+
 def test_attention_options():
     q, k, v = data(0, 4, 4, 8), data(1, 10, 2, 8), data(2, 10, 2, 8)
     check_attention(q, k, v, q_pos0=6, scale=0.3)
