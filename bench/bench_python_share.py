@@ -31,9 +31,8 @@ def timed(fn):
 
 
 def wrap_kernels():
-    for name in ("_matmul", "_rmsnorm", "_rope", "_silu_mul", "_attention"):
+    for name in ("_matmuls", "_rmsnorm", "_rope", "_rope_qk", "_silu_mul", "_attention"):
         setattr(kernels, name, timed(getattr(kernels, name)))
-    kernels._MATMUL_TYPED = {dt: (timed(fn), ctype) for dt, (fn, ctype) in kernels._MATMUL_TYPED.items()}
 
 
 def decode_seconds(model, n):

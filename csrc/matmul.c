@@ -13,7 +13,10 @@
    product wants. Few x rows: each weight row is dotted with every converted x row by the type's
    vec_dot, reading the weights once in their own type. Many x rows: Q8_0 and Q4_0 run an int8
    GEMM on AVX512_VNNI (gemm_q8.c); otherwise the converted x is widened back to f32 and the f32
-   GEMM above runs, each weight panel widened to f32 just before it is packed. */
+   GEMM above runs, each weight panel widened to f32 just before it is packed.
+
+   td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
+   and the row tasks of all the weights make one job, one thread-pool round trip. */
 #include "quant.h"
 
 #define KC 256 /* k per packed panel */
@@ -155,6 +158,37 @@ static void convert_rows(void *ctx, int64_t b, int64_t e)
     }
 }
 
+/* with the pool held: a's x rows converted (in pool scratch) to the type its weights' dot product
+   wants, as a->xc, and for the GEMM widened back to f32, as a->x; 0, or -1 out of scratch memory */
+static int convert_x(struct mm *a, int gemm)
+{
+    const struct type_traits *tt = a->tt;
+    if (!tt->from_float)
+        return 0;
+    int64_t n = a->n, k = a->k, xc_bytes = k / tt->x_blck_size * tt->x_type_size;
+    int64_t xf_at = (n * xc_bytes + 63) / 64 * 64;
+    char *scratch = td_scratch(xf_at + (gemm ? n * k * 4 : 0));
+    if (!scratch)
+        return -1;
+    struct convert c = {tt, a->x, scratch, xc_bytes, k, gemm ? (float *)(scratch + xf_at) : NULL};
+    td_parallel_run(convert_rows, &c, n, 8.0 * k);
+    a->xc = scratch, a->xc_bytes = xc_bytes;
+    if (gemm)
+        a->x = c.xf;
+    return 0;
+}
+
+/* Q8_0 and Q4_0 weights on AVX512_VNNI: the int8 GEMM, from GEMM_Q8_MIN_ROWS x rows */
+static int int8_gemm(enum td_type type, int64_t n)
+{
+#if defined(__x86_64__)
+    return n >= GEMM_Q8_MIN_ROWS && (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX512 &&
+           (td_simd_ext & TD_EXT_VNNI);
+#else
+    return 0;
+#endif
+}
+
 static int matmul_typed(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
 {
     const struct type_traits *tt = td_type_traits(type);
@@ -167,25 +201,15 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
         return 0;
     }
 #if defined(__x86_64__)
-    if (n >= GEMM_Q8_MIN_ROWS && (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX512 &&
-        (td_simd_ext & TD_EXT_VNNI))
+    if (int8_gemm(type, n))
         return td_gemm_q8_vnni(type, x, w, y, n, k, m);
 #endif
     int gemm = n >= GEMM_MIN_ROWS;
     int64_t ntasks = gemm ? plan_gemm(kern, &a) : (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     td_pool_enter();
-    if (tt->from_float) {
-        int64_t xc_bytes = k / tt->x_blck_size * tt->x_type_size, xf_at = (n * xc_bytes + 63) / 64 * 64;
-        char *scratch = td_scratch(xf_at + (gemm ? n * k * 4 : 0));
-        if (!scratch) {
-            td_pool_leave();
-            return -1;
-        }
-        struct convert c = {tt, x, scratch, xc_bytes, k, gemm ? (float *)(scratch + xf_at) : NULL};
-        td_parallel_run(convert_rows, &c, n, 8.0 * k);
-        a.xc = scratch, a.xc_bytes = xc_bytes;
-        if (gemm)
-            a.x = c.xf;
+    if (convert_x(&a, gemm)) {
+        td_pool_leave();
+        return -1;
     }
     if (gemm)
         td_parallel_run(kern->gemm, &a, ntasks, 2.0 * kern->nr * k * a.chunk);
@@ -195,22 +219,58 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
     return 0;
 }
 
-int td_matmul_f16(const float *x, const uint16_t *w, float *y, int64_t n, int64_t k, int64_t m)
+#define MATMULS_MAX 4 /* weights in one fused job; td_matmuls does more in groups */
+
+struct mms {
+    struct mm a[MATMULS_MAX];
+    int64_t first[MATMULS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
+    int64_t nw;
+    td_range_fn rows;               /* the few-rows kernel of the weights' type */
+};
+
+/* tasks [b, e) of the weights' row tasks laid end to end: each part run on its own weight */
+static void matmuls_rows(void *ctx, int64_t b, int64_t e)
 {
-    return matmul_typed(TD_F16, x, w, y, n, k, m);
+    struct mms *s = ctx;
+    for (int64_t j = 0; j < s->nw && b < e; j++)
+        if (b < s->first[j + 1]) {
+            int64_t end = e < s->first[j + 1] ? e : s->first[j + 1];
+            s->rows(&s->a[j], b - s->first[j], end - s->first[j]);
+            b = end;
+        }
 }
 
-int td_matmul_bf16(const float *x, const uint16_t *w, float *y, int64_t n, int64_t k, int64_t m)
+int td_matmuls(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
+               const int64_t *ms)
 {
-    return matmul_typed(TD_BF16, x, w, y, n, k, m);
-}
-
-int td_matmul_q8_0(const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
-{
-    return matmul_typed(TD_Q8_0, x, w, y, n, k, m);
-}
-
-int td_matmul_q4_0(const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
-{
-    return matmul_typed(TD_Q4_0, x, w, y, n, k, m);
+    if (nw > MATMULS_MAX) {
+        int r = td_matmuls(type, x, n, k, MATMULS_MAX, ws, ys, ms);
+        return r ? r : td_matmuls(type, x, n, k, nw - MATMULS_MAX, ws + MATMULS_MAX, ys + MATMULS_MAX, ms + MATMULS_MAX);
+    }
+    if (n == 0 || k == 0 || n >= GEMM_MIN_ROWS || int8_gemm(type, n)) { /* one after the other */
+        for (int64_t j = 0; j < nw; j++) {
+            if (type == TD_F32)
+                td_matmul_f32(x, ws[j], ys[j], n, k, ms[j]);
+            else if (matmul_typed(type, x, ws[j], ys[j], n, k, ms[j]))
+                return -1;
+        }
+        return 0;
+    }
+    const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
+    struct mms s = {.nw = nw, .rows = tt ? matmul_rows_typed : TD_PICK(matmul_kernels)->rows};
+    for (int64_t j = 0; j < nw; j++) {
+        s.a[j] = (struct mm){x, ws[j], ys[j], n, k, ms[j], 0, 1, tt, tt ? k / tt->blck_size * tt->type_size : 0,
+                             (const char *)x, 4 * k};
+        s.first[j + 1] = s.first[j] + (ms[j] + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    }
+    td_pool_enter();
+    if (tt && convert_x(&s.a[0], 0)) {
+        td_pool_leave();
+        return -1;
+    }
+    for (int64_t j = 1; j < nw; j++) /* x converted once for all */
+        s.a[j].xc = s.a[0].xc, s.a[j].xc_bytes = s.a[0].xc_bytes;
+    td_parallel_run(matmuls_rows, &s, s.first[nw], 2.0 * ROWS_PER_TASK * k * n);
+    td_pool_leave();
+    return 0;
 }

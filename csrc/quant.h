@@ -33,8 +33,6 @@ typedef struct {
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match GGUF's 34 bytes");
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match GGUF's 18 bytes");
 
-enum td_type { TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_NTYPES };
-
 typedef void (*to_float_fn)(const void *w, float *y, int64_t k);      /* y[k] = k numbers of a row */
 typedef void (*from_float_fn)(const float *x, void *y, int64_t k);    /* an x row to vec_dot's type */
 typedef float (*vec_dot_fn)(int64_t k, const void *w, const void *x); /* weight row . converted x row */

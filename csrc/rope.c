@@ -6,10 +6,11 @@
 #include "internal.h"
 
 struct rope {
-    float *x;              /* [n,heads,hd] */
+    float *x[2];           /* [n,heads[0],hd] and [n,heads[1],hd] (q and k), rotated alike */
+    int64_t heads[2];
     const int64_t *pos;    /* [n] */
     const float *inv_freq; /* [hd/2] */
-    int64_t heads, hd;
+    int64_t hd;
 };
 
 static void rope_rows(void *ctx, int64_t b, int64_t e)
@@ -25,20 +26,27 @@ static void rope_rows(void *ctx, int64_t b, int64_t e)
             cs[f] = cosf(angle);
             cs[half + f] = sinf(angle);
         }
-        for (int64_t h = 0; h < a->heads; h++) {
-            float *x1 = a->x + (i * a->heads + h) * a->hd, *x2 = x1 + half;
-            for (int64_t f = 0; f < half; f++) {
-                float u = x1[f], w = x2[f];
-                x1[f] = u * cs[f] - w * cs[half + f];
-                x2[f] = w * cs[f] + u * cs[half + f];
+        for (int t = 0; t < 2; t++)
+            for (int64_t h = 0; h < a->heads[t]; h++) {
+                float *x1 = a->x[t] + (i * a->heads[t] + h) * a->hd, *x2 = x1 + half;
+                for (int64_t f = 0; f < half; f++) {
+                    float u = x1[f], w = x2[f];
+                    x1[f] = u * cs[f] - w * cs[half + f];
+                    x2[f] = w * cs[f] + u * cs[half + f];
+                }
             }
-        }
     }
     free(cs);
 }
 
 void td_rope_f32(float *x, const int64_t *pos, const float *inv_freq, int64_t n, int64_t heads, int64_t hd)
 {
-    struct rope a = {x, pos, inv_freq, heads, hd};
-    td_parallel_for(rope_rows, &a, n, 6.0 * heads * hd + 40.0 * hd);
+    td_rope_qk_f32(x, NULL, pos, inv_freq, n, heads, 0, hd);
+}
+
+void td_rope_qk_f32(float *q, float *k, const int64_t *pos, const float *inv_freq, int64_t n, int64_t heads,
+                    int64_t kv_heads, int64_t hd)
+{
+    struct rope a = {{q, k}, {heads, kv_heads}, pos, inv_freq, hd};
+    td_parallel_for(rope_rows, &a, n, 6.0 * (heads + kv_heads) * hd + 40.0 * hd);
 }

@@ -18,13 +18,18 @@ int td_get_simd_ext(void);
 /* y[n,m] = x[n,k] @ w[m,k]^T   (w in HF layout: out_features x in_features) */
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m);
 
-/* The same with w stored as another weight type (quant.h has the layouts): f16 and bf16 w[m,k],
-   Q8_0 and Q4_0 w[m,k/32] blocks (k % 32 == 0). x and y are float32. They return 0, or -1 if the
-   scratch memory for x in the dot product's type could not be had (y is then untouched). */
-int td_matmul_f16(const float *x, const uint16_t *w, float *y, int64_t n, int64_t k, int64_t m);
-int td_matmul_bf16(const float *x, const uint16_t *w, float *y, int64_t n, int64_t k, int64_t m);
-int td_matmul_q8_0(const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m);
-int td_matmul_q4_0(const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m);
+/* weight types: f32, or stored as quant.h has them: f16 and bf16 w[m,k], Q8_0 and Q4_0 w[m,k/32]
+   blocks (k % 32 == 0) */
+enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_NTYPES };
+
+/* ys[j][n,ms[j]] = x[n,k] @ ws[j][ms[j],k]^T for j < nw: several matmuls of one x (q/k/v, gate/up),
+   the weights all of one type, read in place. x and the ys are float32. Other weight types than f32:
+   x is first converted to the type the dot product wants (quant.h). Few x rows: x is converted once
+   and the output rows of all the weights are shared out to the threads as one job; many: one matmul
+   after the other. Returns 0, or -1 if the scratch memory for the converted x could not be had
+   (the ys from the failing weight on are then untouched). */
+int td_matmuls(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
+               const int64_t *ms);
 
 /* y[n,d] = x * 1/sqrt(mean(x^2) + eps) * w[d], per row, accumulating in f32 */
 void td_rmsnorm_f32(const float *x, const float *w, float *y, int64_t n, int64_t d, float eps);
@@ -34,6 +39,9 @@ void td_softmax_f32(const float *x, float *y, int64_t n, int64_t d);
 
 /* x[n,heads,hd] rotated in place, rotate-half layout; angle = (float)pos[i] * inv_freq[hd/2] */
 void td_rope_f32(float *x, const int64_t *pos, const float *inv_freq, int64_t n, int64_t heads, int64_t hd);
+/* the same on q[n,heads,hd] and k[n,kv_heads,hd] in one call (each token's angles computed once) */
+void td_rope_qk_f32(float *q, float *k, const int64_t *pos, const float *inv_freq, int64_t n, int64_t heads,
+                    int64_t kv_heads, int64_t hd);
 
 /* y[len] = silu(gate) * up */
 void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len);

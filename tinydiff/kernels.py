@@ -27,17 +27,17 @@ from tinydiff.errors import UsageError
 from tinydiff.reference import physical_cores
 
 __all__ = ["set_threads", "get_threads", "physical_cores", "simd", "simd_extensions",
-           "matmul", "rmsnorm", "softmax", "rope", "silu_mul", "attention"]
+           "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention"]
 
 SIMD_LEVELS = ("c", "avx2", "avx512")  # index = the C level (cpu.c)
 _F32 = np.dtype(np.float32)
 _ndarray = np.ndarray
 _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 us
-_matmul, _rmsnorm, _softmax = lib.td_matmul_f32, lib.td_rmsnorm_f32, lib.td_softmax_f32
+_matmuls, _rmsnorm, _softmax = lib.td_matmuls, lib.td_rmsnorm_f32, lib.td_softmax_f32
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
-_MATMUL_TYPED = {np.dtype(np.float16): (lib.td_matmul_f16, "uint16_t[]"),   # weight dtype: (kernel, w's C type)
-                 quant.BF16: (lib.td_matmul_bf16, "uint16_t[]"),
-                 quant.Q8_0: (lib.td_matmul_q8_0, "char[]"), quant.Q4_0: (lib.td_matmul_q4_0, "char[]")}
+_rope_qk = lib.td_rope_qk_f32
+_TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
+          quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK)}  # weight dtype: C type, k per element
 
 
 def set_threads(n):
@@ -100,25 +100,43 @@ def matmul(x, w, out=None, op="matmul"):
     w: float32 (or anything that converts to it), or a weight type of tinydiff.quant read as it
     is stored (Q8_0 / Q4_0: [m, k/32] blocks; x is then quantized to Q8_0 first, as llama.cpp does).
     op: the operation the cost is booked under when a Ledger is open (as in every kernel here)."""
+    return matmuls(x, (w,), (out,), op)[0]
+
+
+def matmuls(x, ws, outs=None, op="matmul"):
+    """outs[j] = matmul(x, ws[j], out=outs[j]) for each j: several matmuls of one input (q/k/v,
+    gate/up) in one C call. For few rows of x (decoding), x is converted once to the weights' type
+    and the output rows of all the weights make one job for the threads; weights of different
+    types are multiplied one type after the other. Each matmul books its own cost. Returns the outs."""
     x = _f32(x)
-    typed = _MATMUL_TYPED.get(w.dtype) if isinstance(w, _ndarray) and w.dtype is not _F32 else None
-    if typed is None:
-        w = _f32(w)
-    elif not w.flags.c_contiguous:
-        raise ValueError(f"matmul: {quant.type_of(w)} weights must be C-contiguous (they are never copied)")
-    if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != (w.shape[1] if typed is None else quant.columns(w)):
-        raise ValueError(f"matmul: x {x.shape} and w {w.shape} {w.dtype} do not fit; need x [n,k] or [k] and "
-                         "w [m,k] (or [m,k/32] blocks)")
-    m, k = w.shape[0], x.shape[-1]
-    out = _out(out, x.shape[:-1] + (m,), "matmul", x, w)
-    n = math.prod(x.shape[:-1])
-    if typed is None:
-        _matmul(_p(x), _p(w), _p(out), n, k, m)
-    elif typed[0](_p(x), _buf(typed[1], w), _p(out), n, k, m):
+    outs = (None,) * len(ws) if outs is None else outs
+    if x.ndim < 1 or len(outs) != len(ws):
+        raise ValueError(f"matmul: need x [n,k] or [k] and one out per weight, got x {x.shape}, "
+                         f"{len(ws)} weights and {len(outs)} outs")
+    n, k = x.shape[0] if x.ndim == 2 else math.prod(x.shape[:-1]), x.shape[-1]
+    ws, outs, wp, yp, ms, kinds = list(ws), list(outs), [], [], [], []
+    for j, w in enumerate(ws):
+        kind, per = _TYPES.get(w.dtype, (None, 1)) if isinstance(w, _ndarray) else (None, 1)
+        if kind is None or not w.flags.c_contiguous:
+            if kind not in (None, lib.TD_F32):
+                raise ValueError(f"matmul: {quant.type_of(w)} weights must be C-contiguous (they are never copied)")
+            kind, w = lib.TD_F32, _f32(w)
+        if w.ndim != 2 or w.shape[1] * per != k:
+            raise ValueError(f"matmul: x {x.shape} and w {w.shape} {w.dtype} do not fit; need x [n,k] or [k] and "
+                             "w [m,k] (or [m,k/32] blocks)")
+        ws[j], outs[j] = w, _out(outs[j], x.shape[:-1] + w.shape[:1], "matmul", x, w)
+        wp.append(_buf(w)), yp.append(_p(outs[j])), ms.append(w.shape[0]), kinds.append(kind)
+    if kinds.count(kind) != len(kinds):      # mixed weight types: one call per type
+        for kind in set(kinds):
+            js = [j for j in range(len(ws)) if kinds[j] == kind]
+            matmuls(x, [ws[j] for j in js], [outs[j] for j in js], op)
+        return outs
+    if _matmuls(kind, _p(x), n, k, len(ws), wp, yp, ms):
         raise MemoryError(f"matmul: no memory for x [{n},{k}] in the dot product's type")
     if ledger.active():
-        ledger.book(op, cost.matmul(n, k, m, quant.bytes_per_weight(w)))
-    return out
+        for w, m in zip(ws, ms):
+            ledger.book(op, cost.matmul(n, k, m, quant.bytes_per_weight(w)))
+    return outs
 
 
 def rmsnorm(x, w, eps, out=None, op="norm"):
@@ -145,6 +163,27 @@ def softmax(x, out=None):
 
 def rope(x, pos, inv_freq, op="rope"):
     """Rotate x [n, heads, hd] in place (rotate-half layout); pos int [n], inv_freq [hd/2]. Returns x."""
+    pos, inv_freq = _rope_args(x, pos, inv_freq)
+    _rope(_p(x), _buf("int64_t[]", pos), _p(inv_freq), *x.shape)
+    if ledger.active():
+        ledger.book(op, cost.rope(*x.shape))
+    return x
+
+
+def rope_qk(q, k, pos, inv_freq, op="rope"):
+    """rope(q, pos, inv_freq) and rope(k, pos, inv_freq) in one call: q [n, H, hd] and k [n, KVH, hd]
+    rotated in place alike, each position's angles computed once. Returns q, k."""
+    pos, inv_freq = _rope_args(q, pos, inv_freq)
+    _rope_args(k, pos, inv_freq)     # so k's head size is q's too
+    _rope_qk(_p(q), _p(k), _buf("int64_t[]", pos), _p(inv_freq), q.shape[0], q.shape[1], k.shape[1], q.shape[2])
+    if ledger.active():
+        ledger.book(op, cost.rope(*q.shape))
+        ledger.book(op, cost.rope(*k.shape))
+    return q, k
+
+
+def _rope_args(x, pos, inv_freq):
+    """(pos as int64, inv_freq as float32), C-contiguous, after checking they fit x, which rope rotates in place."""
     if not (isinstance(x, _ndarray) and x.dtype == _F32 and x.flags.c_contiguous and x.flags.writeable):
         raise ValueError("rope: x must be a writable C-contiguous float32 array (it is rotated in place)")
     pos, inv_freq = np.asarray(pos), _f32(inv_freq)
@@ -153,11 +192,7 @@ def rope(x, pos, inv_freq, op="rope"):
                          "need x [n,heads,hd] with hd even, pos [n], inv_freq [hd/2]")
     if pos.dtype.kind not in "iu":
         raise ValueError(f"rope: pos must be integers, got {pos.dtype}")
-    pos = np.ascontiguousarray(pos, dtype=np.int64)
-    _rope(_p(x), _buf("int64_t[]", pos), _p(inv_freq), *x.shape)
-    if ledger.active():
-        ledger.book(op, cost.rope(*x.shape))
-    return x
+    return np.ascontiguousarray(pos, dtype=np.int64), inv_freq
 
 
 def silu_mul(gate, up, out=None, op="mlp"):

@@ -55,7 +55,7 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, 
     B, n = ids.shape
     kv_len = start + n if kv_len is None else kv_len
     H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
-    pos = np.tile(np.arange(start, start + n, dtype=np.int32), B)       # [Bn] positions, for RoPE
+    pos = np.tile(np.arange(start, start + n, dtype=np.int64), B)       # [Bn] positions, for RoPE
     x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
     att, proj, gate, up = buf.att[:B * n], buf.proj[:B * n], buf.gate[:B * n], buf.up[:B * n]
     ledger.begin_pass(tokens=B * n)
@@ -64,15 +64,12 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, 
     for l, lw in enumerate(w.layers):
         # attention: x += o_proj(attention(rope(q), rope(k), v))
         K.rmsnorm(x, lw.input_layernorm, eps, out=h, op="norm")       # [Bn, d]
-        K.matmul(h, lw.q_proj, out=q, op="matmul")                    # [Bn, H*hd]
-        K.matmul(h, lw.k_proj, out=k, op="matmul")                    # [Bn, KVH*hd]
-        K.matmul(h, lw.v_proj, out=v, op="matmul")                    # [Bn, KVH*hd]
+        K.matmuls(h, (lw.q_proj, lw.k_proj, lw.v_proj), (q, k, v), op="matmul")  # [Bn, H*hd], 2x [Bn, KVH*hd]
         if lw.q_bias is not None:
             K.add_bias(q, lw.q_bias, op="matmul")
             K.add_bias(k, lw.k_bias, op="matmul")
             K.add_bias(v, lw.v_bias, op="matmul")
-        K.rope(q.reshape(B * n, H, hd), pos, inv_freq, op="rope")
-        K.rope(k.reshape(B * n, KVH, hd), pos, inv_freq, op="rope")
+        K.rope_qk(q.reshape(B * n, H, hd), k.reshape(B * n, KVH, hd), pos, inv_freq, op="rope")
         K.store(cache.k[l, :, start:start + n], k.reshape(B, n, -1))  # [B, n, KVH*hd] into the cache
         K.store(cache.v[l, :, start:start + n], v.reshape(B, n, -1))
         for b in range(B):
@@ -89,8 +86,7 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, 
 
         # MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x))
         K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h, op="norm")  # [Bn, d]
-        K.matmul(h, lw.gate_proj, out=gate, op="mlp")                 # [Bn, f]
-        K.matmul(h, lw.up_proj, out=up, op="mlp")                     # [Bn, f]
+        K.matmuls(h, (lw.gate_proj, lw.up_proj), (gate, up), op="mlp")  # 2x [Bn, f]
         K.silu_mul(gate, up, out=gate, op="mlp")                      # [Bn, f]
         K.matmul(gate, lw.down_proj, out=proj, op="mlp")              # [Bn, d]
         K.add(x, proj, op="residual")

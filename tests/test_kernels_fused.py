@@ -1,0 +1,98 @@
+"""The fused calls of a forward pass: matmuls (several weights, one x) and rope_qk (q and k in one
+call) give exactly what the single calls give, on every SIMD path and weight type, and check
+their arguments as the single calls do."""
+import numpy as np
+import pytest
+
+from tinydiff import kernels as K
+from tinydiff import quant
+from tinydiff.ledger import Ledger
+
+LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]
+
+
+@pytest.fixture(params=LEVELS)
+def level(request):
+    best = K.simd()
+    K._set_simd(request.param)
+    yield request.param
+    K._set_simd(best)
+
+
+def data(seed, *shape):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def weight(seed, m, k, name):
+    w = data(seed, m, k)
+    return w if name == "f32" else quant.quantize(w, name)
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "bf16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("n", [1, 3, 5, 13])               # few rows (one job), and the GEMM paths
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmuls_equal_one_matmul_each(level, name, n, threads):
+    K.set_threads(threads)
+    try:
+        x = data(0, n, 64)
+        ws = [weight(1, 40, 64, name), weight(2, 17, 64, name), weight(3, 33, 64, name), weight(4, 8, 64, name),
+              weight(5, 16, 64, name)]                     # five: more than one job holds
+        outs = K.matmuls(x, ws)
+        for w, out in zip(ws, outs):
+            np.testing.assert_array_equal(out, K.matmul(x, w))
+    finally:
+        K.set_threads(K.physical_cores())
+
+
+def test_matmuls_of_mixed_types_and_into_outs():
+    x = data(0, 2, 64)
+    ws = [weight(1, 9, 64, "q4_0"), weight(2, 7, 64, "f32"), weight(3, 5, 64, "q4_0"), data(4, 3, 64).astype(np.float64)]
+    outs = [np.full((2, w.shape[0]), np.nan, np.float32) for w in ws]
+    got = K.matmuls(x, ws, outs)
+    assert all(a is b for a, b in zip(got, outs))
+    for w, out in zip(ws, outs):
+        np.testing.assert_array_equal(out, K.matmul(x, w))
+
+
+def test_matmuls_book_each_matmul():
+    x, ws = data(0, 1, 64), [weight(1, 9, 64, "q8_0"), weight(2, 7, 64, "q8_0")]
+    with Ledger() as fused:
+        K.matmuls(x, ws)
+    with Ledger() as single:
+        for w in ws:
+            K.matmul(x, w)
+    assert fused.passes == single.passes
+
+
+def test_matmuls_errors():
+    x = data(0, 2, 64)
+    with pytest.raises(ValueError, match="do not fit"):
+        K.matmuls(x, [data(1, 4, 64), data(2, 4, 63)])
+    with pytest.raises(ValueError, match="one out per weight"):
+        K.matmuls(x, [data(1, 4, 64)], [None, None])
+    with pytest.raises(ValueError, match="overlaps"):
+        K.matmuls(x, [data(1, 2, 64)], [x.reshape(-1)[:4].reshape(2, 2)])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.matmuls(x, [quant.quantize(data(1, 4, 128), "q8_0")[:, ::2]])
+
+
+@pytest.mark.parametrize("n,heads,kv_heads,hd", [(1, 6, 6, 48), (5, 9, 3, 64), (3, 4, 1, 2)])
+def test_rope_qk_equals_rope_on_each(level, n, heads, kv_heads, hd):
+    q, k = data(0, n, heads, hd), data(1, n, kv_heads, hd)
+    pos, inv_freq = np.arange(7, 7 + n), data(2, hd // 2)
+    q1, k1 = K.rope(q.copy(), pos, inv_freq), K.rope(k.copy(), pos, inv_freq)
+    with Ledger() as led:
+        assert K.rope_qk(q, k, pos, inv_freq) == (q, k)
+    np.testing.assert_array_equal(q, q1)
+    np.testing.assert_array_equal(k, k1)
+    assert led.passes[0]["flops"] == 3 * n * (heads + kv_heads) * hd
+
+
+def test_rope_qk_errors():
+    q, k, pos, inv_freq = data(0, 2, 4, 8), data(1, 2, 2, 8), np.arange(2), data(2, 4)
+    with pytest.raises(ValueError, match="do not fit"):
+        K.rope_qk(q, data(1, 2, 2, 6), pos, inv_freq)
+    with pytest.raises(ValueError, match="do not fit"):
+        K.rope_qk(q, data(1, 3, 2, 8), pos, inv_freq)
+    with pytest.raises(ValueError, match="in place"):
+        K.rope_qk(q, k.astype(np.float64), pos, inv_freq)
