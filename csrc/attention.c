@@ -16,6 +16,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include "internal.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define KB 64          /* keys per block */
 #define RMAX 48        /* rows per task of the tiled path: a multiple of every VL */

@@ -3,6 +3,16 @@
 #define VI TD_CAT(vi, VL)
 #define RT (VL == 16 ? 3 : 2) /* register tile: RT row vectors by AT keys (or value dims), so */
 #define AT (VL == 16 ? 8 : 6) /* RT * AT accumulators, RT loads and a broadcast fit the registers */
+/* max in one instruction, where the vector extensions' select takes three */
+#if defined(__x86_64__) && VL == 16
+#define VMAX(a, b) (VEC)_mm512_max_ps((__m512)(a), (__m512)(b))
+#elif defined(__x86_64__) && VL == 8
+#define VMAX(a, b) (VEC)_mm256_max_ps((__m256)(a), (__m256)(b))
+#elif defined(__x86_64__)
+#define VMAX(a, b) (VEC)_mm_max_ps((__m128)(a), (__m128)(b))
+#else
+#define VMAX(a, b) ISA(vmax)(a, b)
+#endif
 
 /* ---- one query: a (query, head) row at a time ---- */
 
@@ -194,6 +204,40 @@ TARGET static void ISA(gemm_rows)(float *c, const float *x, int64_t xa, int64_t 
     }
 }
 
+/* e^x for x <= 0 or -inf (exactly 0 below -87.33): vexp without the clamping selects, whose
+   dependency chains cost more here than the polynomial */
+TARGET TD_INLINE VEC ISA(exp_neg)(VEC x)
+{
+    VI keep = x >= -87.33654f; /* lanes below give garbage (NaN from -inf), zeroed at the end */
+    VEC t = x * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f; /* as in vexp */
+    VEC r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    VEC p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    VEC y = p * (VEC)(((VI)t - 0x4B400000 + 127) << 23);
+    return (VEC)((VI)y & keep);
+}
+
+/* the largest of st[0:nb][r:r + VL] (rows rp apart), by four independent chains */
+TARGET TD_INLINE VEC ISA(block_max)(const float *st, int64_t nb, int64_t rp)
+{
+    const VEC ninf = (VEC){0} - __builtin_inff();
+    VEC m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+    int64_t j = 0;
+    for (; j + 4 <= nb; j += 4) {
+        m0 = VMAX(m0, vload(st + j * rp));
+        m1 = VMAX(m1, vload(st + (j + 1) * rp));
+        m2 = VMAX(m2, vload(st + (j + 2) * rp));
+        m3 = VMAX(m3, vload(st + (j + 3) * rp));
+    }
+    for (; j < nb; j++)
+        m0 = VMAX(m0, vload(st + j * rp));
+    return VMAX(VMAX(m0, m1), VMAX(m2, m3));
+}
+
 /* Online softmax over a key block, a row per lane: st[nb][rp] holds the scores (-inf where the mask
    said no) and becomes the weights exp(s - m) under the running max m[rp]; l[rp] gets their sums and
    ot[hd][rp], the output so far, is rescaled by exp(m_old - m_new). causal: key j0 + j is also
@@ -203,22 +247,17 @@ TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64
 {
     const VEC ninf = (VEC){0} - __builtin_inff();
     for (int64_t r = 0; r < rp; r += VL) {
-        VI last;
-        memcpy(&last, lim + r, sizeof last);
-        VEC bmax = ninf;
-        for (int64_t j = 0; j < nb; j++) {
-            VEC s = vload(st + j * rp + r);
-            if (causal) {
-                s = ISA(vselect)((VI){0} + (int32_t)(j0 + j) > last, ninf, s);
-                vstore(st + j * rp + r, s);
-            }
-            bmax = ISA(vmax)(bmax, s);
+        if (causal) {
+            VI last;
+            memcpy(&last, lim + r, sizeof last);
+            for (int64_t j = 0; j < nb; j++)
+                vstore(st + j * rp + r, ISA(vselect)((VI){0} + (int32_t)(j0 + j) > last, ninf, vload(st + j * rp + r)));
         }
-        VEC mold = vload(m + r), mnew = ISA(vmax)(mold, bmax);
+        VEC mold = vload(m + r), mnew = VMAX(mold, ISA(block_max)(st + r, nb, rp));
         VEC base = ISA(vselect)(mnew == ninf, (VEC){0}, mnew); /* rows with no key yet: exp(-inf - 0) = 0 */
-        VEC c = ISA(vexp)(mold - base), sum = {0};
+        VEC c = ISA(exp_neg)(mold - base), sum = {0};
         for (int64_t j = 0; j < nb; j++) {
-            VEC p = ISA(vexp)(vload(st + j * rp + r) - base);
+            VEC p = ISA(exp_neg)(vload(st + j * rp + r) - base);
             vstore(st + j * rp + r, p);
             sum += p;
         }
@@ -254,9 +293,10 @@ TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t
     for (int64_t r = 0; r < rp; r++) { /* padding rows: q = 0, harmless and never written out */
         const float *q = a->q + ((i0 + r / nh) * a->heads + h0 + r % nh) * hd;
         for (int64_t d = 0; d < hd; d++)
-            qt[d * rp + r] = r < rows ? q[d] * a->scale : 0.0f, ot[d * rp + r] = 0.0f;
+            qt[d * rp + r] = r < rows ? q[d] * a->scale : 0.0f;
         m[r] = -INFINITY, l[r] = 0.0f, lim[r] = (int32_t)(a->q_pos0 + i0 + r / nh);
     }
+    memset(ot, 0, sizeof(float) * hd * rp);
     int64_t end = a->t; /* keys any query of the block may see */
     if (a->causal && a->q_pos0 + i0 + nq < end)
         end = a->q_pos0 + i0 + nq;
@@ -294,3 +334,4 @@ TARGET static void ISA(attend_tiles)(void *ctx, int64_t b, int64_t e)
 #undef VI
 #undef RT
 #undef AT
+#undef VMAX
