@@ -18,6 +18,7 @@ Signatures and meaning match tinydiff.reference, the plain NumPy version.
 """
 import math
 import os
+import weakref
 
 import numpy as np
 
@@ -33,6 +34,7 @@ SIMD_LEVELS = ("c", "avx2", "avx512")  # index = the C level (cpu.c)
 _F32 = np.dtype(np.float32)
 _ndarray = np.ndarray
 _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 us
+_shares = np.may_share_memory
 _matmuls, _rmsnorm, _softmax = lib.td_matmuls, lib.td_rmsnorm_f32, lib.td_softmax_f32
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
 _rope_qk = lib.td_rope_qk_f32
@@ -85,8 +87,9 @@ def _out(out, shape, name, *inputs):
                          f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
     if out.shape != shape:
         raise ValueError(f"{name}: out has shape {out.shape}, expected {shape}")
-    if any(np.may_share_memory(out, a) for a in inputs):
-        raise ValueError(f"{name}: out overlaps an input")
+    for a in inputs:
+        if _shares(out, a):
+            raise ValueError(f"{name}: out overlaps an input")
     return out
 
 
@@ -113,19 +116,18 @@ def matmuls(x, ws, outs=None, op="matmul"):
     if x.ndim < 1 or len(outs) != len(ws):
         raise ValueError(f"matmul: need x [n,k] or [k] and one out per weight, got x {x.shape}, "
                          f"{len(ws)} weights and {len(outs)} outs")
-    n, k = x.shape[0] if x.ndim == 2 else math.prod(x.shape[:-1]), x.shape[-1]
+    lead, k = x.shape[:-1], x.shape[-1]
+    n = lead[0] if len(lead) == 1 else math.prod(lead)
     ws, outs, wp, yp, ms, kinds = list(ws), list(outs), [], [], [], []
     for j, w in enumerate(ws):
-        kind, per = _TYPES.get(w.dtype, (None, 1)) if isinstance(w, _ndarray) else (None, 1)
-        if kind is None or not w.flags.c_contiguous:
-            if kind not in (None, lib.TD_F32):
-                raise ValueError(f"matmul: {quant.type_of(w)} weights must be C-contiguous (they are never copied)")
-            kind, w = lib.TD_F32, _f32(w)
-        if w.ndim != 2 or w.shape[1] * per != k:
+        w, kind, cols, ptr = _weight(w)
+        if w.ndim != 2 or cols != k:
             raise ValueError(f"matmul: x {x.shape} and w {w.shape} {w.dtype} do not fit; need x [n,k] or [k] and "
                              "w [m,k] (or [m,k/32] blocks)")
-        ws[j], outs[j] = w, _out(outs[j], x.shape[:-1] + w.shape[:1], "matmul", x, w)
-        wp.append(_buf(w)), yp.append(_p(outs[j])), ms.append(w.shape[0]), kinds.append(kind)
+        m = w.shape[0]
+        ws[j] = w
+        outs[j] = out = _out(outs[j], lead + (m,), "matmul", x, w)
+        wp.append(ptr), yp.append(_p(out)), ms.append(m), kinds.append(kind)
     if kinds.count(kind) != len(kinds):      # mixed weight types: one call per type
         for kind in set(kinds):
             js = [j for j in range(len(ws)) if kinds[j] == kind]
@@ -137,6 +139,26 @@ def matmuls(x, ws, outs=None, op="matmul"):
         for w, m in zip(ws, ms):
             ledger.book(op, cost.matmul(n, k, m, quant.bytes_per_weight(w)))
     return outs
+
+
+_weights = {}  # id(w): (weakref to w, dtype, C type, numbers an element, pointer) of the C-contiguous weights seen
+
+
+def _weight(w):
+    """(w as the C kernels read it, its C type, k (numbers in a row), a pointer to it): a C-contiguous
+    array of a weight type as it is (its pointer remembered while it lives), else a float32 copy."""
+    seen = _weights.get(id(w))
+    if seen is not None and seen[0]() is w and w.dtype is seen[1]:
+        return w, seen[2], w.shape[-1] * seen[3], seen[4]
+    kind, per = _TYPES.get(w.dtype, (None, 1)) if isinstance(w, _ndarray) else (None, 1)
+    if kind is not None and w.flags.c_contiguous and w.ndim:
+        key, ptr = id(w), ffi.cast("void *", _buf(w))   # a bare pointer: it does not keep w alive
+        _weights[key] = weakref.ref(w, lambda _, pop=_weights.pop: pop(key, None)), w.dtype, kind, per, ptr
+        return w, kind, w.shape[-1] * per, ptr
+    if kind not in (None, lib.TD_F32):
+        raise ValueError(f"matmul: {quant.type_of(w)} weights must be C-contiguous (they are never copied)")
+    w = _f32(w)
+    return w, lib.TD_F32, w.shape[-1] if w.ndim else -1, _buf(w)
 
 
 def rmsnorm(x, w, eps, out=None, op="norm"):
