@@ -204,20 +204,20 @@ TARGET static void ISA(gemm_rows)(float *c, const float *x, int64_t xa, int64_t 
     }
 }
 
-/* e^x for x <= 0 or -inf (exactly 0 below -87.33): vexp without the clamping selects, whose
-   dependency chains cost more here than the polynomial */
-TARGET TD_INLINE VEC ISA(exp_neg)(VEC x)
+/* 2^x for x <= 0 or -inf, exactly 0 below -126 (so for scores under -87.3 in natural units, as
+   in vexp): round x to n, 2^(x - n) by a degree-5 fit (relative error 2.4e-7), 2^n in the exponent
+   bits. No clamping selects, whose dependency chains cost more here than the polynomial. */
+TARGET TD_INLINE VEC ISA(exp2_neg)(VEC x)
 {
-    VI keep = x >= -87.33654f; /* lanes below give garbage (NaN from -inf), zeroed at the end */
-    VEC t = x * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f; /* as in vexp */
-    VEC r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    VEC p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    VEC y = p * (VEC)(((VI)t - 0x4B400000 + 127) << 23);
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
+    VI keep = x >= -126.0f;          /* the lanes below give garbage (NaN from -inf), zeroed at the end */
+    VEC t = x + magic, f = x - (t - magic); /* f = x - round(x), in [-0.5, 0.5] */
+    VEC p = 1.3276471e-3f * f + 9.6755419e-3f;
+    p = p * f + 5.5507131e-2f;
+    p = p * f + 2.4022121e-1f;
+    p = p * f + 6.9314694e-1f;
+    p = p * f + 1.0000001f;
+    VEC y = p * (VEC)(((VI)t - (0x4B400000 - 127)) << 23); /* 0x4B400000: the bits of magic */
     return (VEC)((VI)y & keep);
 }
 
@@ -238,10 +238,10 @@ TARGET TD_INLINE VEC ISA(block_max)(const float *st, int64_t nb, int64_t rp)
     return VMAX(VMAX(m0, m1), VMAX(m2, m3));
 }
 
-/* Online softmax over a key block, a row per lane: st[nb][rp] holds the scores (-inf where the mask
-   said no) and becomes the weights exp(s - m) under the running max m[rp]; l[rp] gets their sums and
-   ot[hd][rp], the output so far, is rescaled by exp(m_old - m_new). causal: key j0 + j is also
-   masked for rows whose last visible position lim[rp] is below it. */
+/* Online softmax over a key block, a row per lane: st[nb][rp] holds the scores in log2 units (-inf
+   where the mask said no) and becomes the weights 2^(s - m) under the running max m[rp]; l[rp] gets
+   their sums and ot[hd][rp], the output so far, is rescaled by 2^(m_old - m_new). causal: key
+   j0 + j is also masked for rows whose last visible position lim[rp] is below it. */
 TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64_t j0, int causal,
                                         const int32_t *lim, float *m, float *l, float *ot, int64_t hd)
 {
@@ -250,14 +250,16 @@ TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64
         if (causal) {
             VI last;
             memcpy(&last, lim + r, sizeof last);
-            for (int64_t j = 0; j < nb; j++)
-                vstore(st + j * rp + r, ISA(vselect)((VI){0} + (int32_t)(j0 + j) > last, ninf, vload(st + j * rp + r)));
+            for (int64_t j = 0; j < nb; j++) {
+                VI after = (VI){0} + (int32_t)(j0 + j) > last;
+                vstore(st + j * rp + r, ISA(vselect)(after, ninf, vload(st + j * rp + r)));
+            }
         }
         VEC mold = vload(m + r), mnew = VMAX(mold, ISA(block_max)(st + r, nb, rp));
-        VEC base = ISA(vselect)(mnew == ninf, (VEC){0}, mnew); /* rows with no key yet: exp(-inf - 0) = 0 */
-        VEC c = ISA(exp_neg)(mold - base), sum = {0};
+        VEC base = ISA(vselect)(mnew == ninf, (VEC){0}, mnew); /* rows with no key yet: 2^(-inf - 0) = 0 */
+        VEC c = ISA(exp2_neg)(mold - base), sum = {0};
         for (int64_t j = 0; j < nb; j++) {
-            VEC p = ISA(exp_neg)(vload(st + j * rp + r) - base);
+            VEC p = ISA(exp2_neg)(vload(st + j * rp + r) - base);
             vstore(st + j * rp + r, p);
             sum += p;
         }
@@ -290,10 +292,11 @@ TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t
     const float *k = a->k + h0 / a->group * hd, *v = k - a->k + a->v;
     float *qt = scratch, *st = qt + hd * RMAX, *ot = st + KB * RMAX, *m = ot + hd * RMAX, *l = m + RMAX;
     int32_t *lim = (int32_t *)(l + RMAX);
+    float log2e_scale = a->scale * 1.44269504088896341f; /* scores in log2 units: e^s = 2^(s log2 e) */
     for (int64_t r = 0; r < rp; r++) { /* padding rows: q = 0, harmless and never written out */
         const float *q = a->q + ((i0 + r / nh) * a->heads + h0 + r % nh) * hd;
         for (int64_t d = 0; d < hd; d++)
-            qt[d * rp + r] = r < rows ? q[d] * a->scale : 0.0f;
+            qt[d * rp + r] = r < rows ? q[d] * log2e_scale : 0.0f;
         m[r] = -INFINITY, l[r] = 0.0f, lim[r] = (int32_t)(a->q_pos0 + i0 + r / nh);
     }
     memset(ot, 0, sizeof(float) * hd * rp);
@@ -302,7 +305,7 @@ TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t
         end = a->q_pos0 + i0 + nq;
     for (int64_t j0 = 0; j0 < end; j0 += KB) {
         int64_t nb = end - j0 < KB ? end - j0 : KB;
-        ISA(gemm_rows)(st, k + j0 * kvstride, kvstride, 1, qt, rp, hd, 0, nb); /* st[j] = scale q k_j */
+        ISA(gemm_rows)(st, k + j0 * kvstride, kvstride, 1, qt, rp, hd, 0, nb); /* st[j] = q k_j scale log2e */
         if (a->mask)
             ISA(mask_rows)(a, st, nb, rp, i0, nq, nh, j0);
         ISA(softmax_rows)(st, nb, rp, j0, a->causal && j0 + nb - 1 > a->q_pos0 + i0, lim, m, l, ot, hd);
