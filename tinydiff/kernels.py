@@ -31,7 +31,7 @@ __all__ = ["set_threads", "get_threads", "physical_cores", "simd", "simd_extensi
            "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention"]
 
 SIMD_LEVELS = ("c", "avx2", "avx512")  # index = the C level (cpu.c)
-_F32 = np.dtype(np.float32)
+_F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 _ndarray = np.ndarray
 _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 us
 _shares = np.may_share_memory
@@ -167,9 +167,10 @@ def rmsnorm(x, w, eps, out=None, op="norm"):
     if x.ndim < 1 or w.shape != x.shape[-1:]:
         raise ValueError(f"rmsnorm: x {x.shape} and w {w.shape} do not fit; need x [n,d] and w [d]")
     out = _out(out, x.shape, "rmsnorm")
-    _rmsnorm(_p(x), _p(w), _p(out), math.prod(x.shape[:-1]), x.shape[-1], eps)
+    n, d = x.shape[0] if x.ndim == 2 else math.prod(x.shape[:-1]), x.shape[-1]
+    _rmsnorm(_p(x), _p(w), _p(out), n, d, eps)
     if ledger.active():
-        ledger.book(op, cost.rmsnorm(math.prod(x.shape[:-1]), x.shape[-1]))
+        ledger.book(op, cost.rmsnorm(n, d))
     return out
 
 
@@ -185,7 +186,7 @@ def softmax(x, out=None):
 
 def rope(x, pos, inv_freq, op="rope"):
     """Rotate x [n, heads, hd] in place (rotate-half layout); pos int [n], inv_freq [hd/2]. Returns x."""
-    pos, inv_freq = _rope_args(x, pos, inv_freq)
+    pos, inv_freq = _rope_args((x,), pos, inv_freq)
     _rope(_p(x), _buf("int64_t[]", pos), _p(inv_freq), *x.shape)
     if ledger.active():
         ledger.book(op, cost.rope(*x.shape))
@@ -195,8 +196,7 @@ def rope(x, pos, inv_freq, op="rope"):
 def rope_qk(q, k, pos, inv_freq, op="rope"):
     """rope(q, pos, inv_freq) and rope(k, pos, inv_freq) in one call: q [n, H, hd] and k [n, KVH, hd]
     rotated in place alike, each position's angles computed once. Returns q, k."""
-    pos, inv_freq = _rope_args(q, pos, inv_freq)
-    _rope_args(k, pos, inv_freq)     # so k's head size is q's too
+    pos, inv_freq = _rope_args((q, k), pos, inv_freq)
     _rope_qk(_p(q), _p(k), _buf("int64_t[]", pos), _p(inv_freq), q.shape[0], q.shape[1], k.shape[1], q.shape[2])
     if ledger.active():
         ledger.book(op, cost.rope(*q.shape))
@@ -204,17 +204,22 @@ def rope_qk(q, k, pos, inv_freq, op="rope"):
     return q, k
 
 
-def _rope_args(x, pos, inv_freq):
-    """(pos as int64, inv_freq as float32), C-contiguous, after checking they fit x, which rope rotates in place."""
-    if not (isinstance(x, _ndarray) and x.dtype == _F32 and x.flags.c_contiguous and x.flags.writeable):
-        raise ValueError("rope: x must be a writable C-contiguous float32 array (it is rotated in place)")
-    pos, inv_freq = np.asarray(pos), _f32(inv_freq)
-    if x.ndim != 3 or x.shape[2] % 2 or inv_freq.shape != (x.shape[2] // 2,) or pos.shape != x.shape[:1]:
-        raise ValueError(f"rope: x {x.shape}, pos {pos.shape}, inv_freq {inv_freq.shape} do not fit; "
-                         "need x [n,heads,hd] with hd even, pos [n], inv_freq [hd/2]")
-    if pos.dtype.kind not in "iu":
-        raise ValueError(f"rope: pos must be integers, got {pos.dtype}")
-    return np.ascontiguousarray(pos, dtype=np.int64), inv_freq
+def _rope_args(xs, pos, inv_freq):
+    """(pos as int64, inv_freq as float32), C-contiguous, after checking they fit each x of xs
+    (which rope rotates in place)."""
+    if not (pos.__class__ is _ndarray and pos.dtype is _I64 and pos.flags.c_contiguous):
+        pos = np.asarray(pos)
+        if pos.dtype.kind not in "iu":
+            raise ValueError(f"rope: pos must be integers, got {pos.dtype}")
+        pos = np.ascontiguousarray(pos, dtype=np.int64)
+    inv_freq = _f32(inv_freq)
+    for x in xs:
+        if not (isinstance(x, _ndarray) and x.dtype == _F32 and x.flags.c_contiguous and x.flags.writeable):
+            raise ValueError("rope: x must be a writable C-contiguous float32 array (it is rotated in place)")
+        if x.ndim != 3 or x.shape[2] % 2 or inv_freq.shape != (x.shape[2] // 2,) or pos.shape != x.shape[:1]:
+            raise ValueError(f"rope: x {x.shape}, pos {pos.shape}, inv_freq {inv_freq.shape} do not fit; "
+                             "need x [n,heads,hd] with hd even, pos [n], inv_freq [hd/2]")
+    return pos, inv_freq
 
 
 def silu_mul(gate, up, out=None, op="mlp"):
