@@ -17,6 +17,7 @@
 
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
    and the row tasks of all the weights make one job, one thread-pool round trip. */
+#include <stdlib.h>
 #include "quant.h"
 
 #define KC 256 /* k per packed panel */
@@ -36,6 +37,7 @@ struct mm {
     int64_t row_bytes;            /* of one weight row, for tt */
     const char *xc;               /* [n] x rows as tt's vec_dot wants them (few-rows path) */
     int64_t xc_bytes;             /* of one such row */
+    int acc;                      /* few-rows path: y += the products, not y = */
 };
 
 struct mm_kernels {
@@ -134,8 +136,10 @@ static void matmul_rows_typed(void *ctx, int64_t b, int64_t e)
            time, and its own loads alone keep too few misses in flight (Q8_0 streams 2x faster so) */
         for (int64_t p = 0; p < a->row_bytes; p += 64)
             __builtin_prefetch(w + PREFETCH_BYTES + p);
-        for (int64_t i = 0; i < a->n; i++)
-            a->y[i * a->m + j] = a->tt->vec_dot(a->k, w, a->xc + i * a->xc_bytes);
+        for (int64_t i = 0; i < a->n; i++) {
+            float s = a->tt->vec_dot(a->k, w, a->xc + i * a->xc_bytes);
+            a->y[i * a->m + j] = a->acc ? a->y[i * a->m + j] + s : s;
+        }
     }
 }
 
@@ -240,27 +244,45 @@ static void matmuls_rows(void *ctx, int64_t b, int64_t e)
         }
 }
 
+/* y[n,m] (+)= x @ w^T on the many-rows paths; accumulating, through a temporary */
+static int matmul_one(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m,
+                      int acc)
+{
+    float *t = acc ? malloc(sizeof(float) * (size_t)(n * m > 0 ? n * m : 1)) : y;
+    if (!t)
+        return -1;
+    int r = 0;
+    if (type == TD_F32)
+        td_matmul_f32(x, w, t, n, k, m);
+    else
+        r = matmul_typed(type, x, w, t, n, k, m);
+    if (acc) {
+        for (int64_t i = 0; !r && i < n * m; i++)
+            y[i] += t[i];
+        free(t);
+    }
+    return r;
+}
+
 int td_matmuls(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
-               const int64_t *ms)
+               const int64_t *ms, int accumulate)
 {
     if (nw > MATMULS_MAX) {
-        int r = td_matmuls(type, x, n, k, MATMULS_MAX, ws, ys, ms);
-        return r ? r : td_matmuls(type, x, n, k, nw - MATMULS_MAX, ws + MATMULS_MAX, ys + MATMULS_MAX, ms + MATMULS_MAX);
+        int r = td_matmuls(type, x, n, k, MATMULS_MAX, ws, ys, ms, accumulate);
+        return r ? r : td_matmuls(type, x, n, k, nw - MATMULS_MAX, ws + MATMULS_MAX, ys + MATMULS_MAX,
+                                  ms + MATMULS_MAX, accumulate);
     }
     if (n == 0 || k == 0 || n >= GEMM_MIN_ROWS || int8_gemm(type, n)) { /* one after the other */
-        for (int64_t j = 0; j < nw; j++) {
-            if (type == TD_F32)
-                td_matmul_f32(x, ws[j], ys[j], n, k, ms[j]);
-            else if (matmul_typed(type, x, ws[j], ys[j], n, k, ms[j]))
+        for (int64_t j = 0; j < nw; j++)
+            if (matmul_one(type, x, ws[j], ys[j], n, k, ms[j], accumulate))
                 return -1;
-        }
         return 0;
     }
     const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
     struct mms s = {.nw = nw, .rows = tt ? matmul_rows_typed : TD_PICK(matmul_kernels)->rows};
     for (int64_t j = 0; j < nw; j++) {
         s.a[j] = (struct mm){x, ws[j], ys[j], n, k, ms[j], 0, 1, tt, tt ? k / tt->blck_size * tt->type_size : 0,
-                             (const char *)x, 4 * k};
+                             (const char *)x, 4 * k, accumulate};
         s.first[j + 1] = s.first[j] + (ms[j] + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     }
     td_pool_enter();

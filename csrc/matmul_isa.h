@@ -58,11 +58,17 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
     if (j1 > m)
         j1 = m;
     for (; j + 4 <= j1; j += 4)
-        for (int64_t i = 0; i < a->n; i++)
-            ISA(dot4)(a->x + i * k, w + j * k, k, a->y + i * m + j);
+        for (int64_t i = 0; i < a->n; i++) {
+            float s[4], *y = a->y + i * m + j;
+            ISA(dot4)(a->x + i * k, w + j * k, k, s);
+            for (int c = 0; c < 4; c++)
+                y[c] = a->acc ? y[c] + s[c] : s[c];
+        }
     for (; j < j1; j++)
-        for (int64_t i = 0; i < a->n; i++)
-            a->y[i * m + j] = ISA(dot1)(a->x + i * k, w + j * k, k);
+        for (int64_t i = 0; i < a->n; i++) {
+            float s = ISA(dot1)(a->x + i * k, w + j * k, k);
+            a->y[i * m + j] = a->acc ? a->y[i * m + j] + s : s;
+        }
 }
 
 /* ---- many rows: packed panels and register tiles ---- */

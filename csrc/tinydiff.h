@@ -26,10 +26,11 @@ enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_NTYPES };
    the weights all of one type, read in place. x and the ys are float32. Other weight types than f32:
    x is first converted to the type the dot product wants (quant.h). Few x rows: x is converted once
    and the output rows of all the weights are shared out to the threads as one job; many: one matmul
-   after the other. Returns 0, or -1 if the scratch memory for the converted x could not be had
-   (the ys from the failing weight on are then untouched). */
+   after the other. accumulate: ys[j] += the products instead (a residual added in the same pass).
+   Returns 0, or -1 if the scratch memory for the converted x could not be had (the ys from the
+   failing weight on are then untouched). */
 int td_matmuls(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
-               const int64_t *ms);
+               const int64_t *ms, int accumulate);
 
 /* y[n,d] = x * 1/sqrt(mean(x^2) + eps) * w[d], per row, accumulating in f32 */
 void td_rmsnorm_f32(const float *x, const float *w, float *y, int64_t n, int64_t d, float eps);

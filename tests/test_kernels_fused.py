@@ -1,5 +1,5 @@
-"""The fused calls of a forward pass: matmuls (several weights, one x) and rope_qk (q and k in one
-call) give exactly what the single calls give, on every SIMD path and weight type, and check
+"""The fused calls of a forward pass: matmuls (several weights, one x), matmul with residual=True
+(out += x @ w.T) and rope_qk (q and k in one call) give exactly what the single calls give, on every SIMD path and weight type, and check
 their arguments as the single calls do."""
 import numpy as np
 import pytest
@@ -96,3 +96,18 @@ def test_rope_qk_errors():
         K.rope_qk(q, data(1, 3, 2, 8), pos, inv_freq)
     with pytest.raises(ValueError, match="in place"):
         K.rope_qk(q, k.astype(np.float64), pos, inv_freq)
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "bf16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("n", [1, 5, 13])
+def test_residual_adds_the_product_to_out(level, name, n):
+    x, ws = data(0, n, 64), [weight(1, 40, 64, name), weight(2, 9, 64, name)]
+    before = [data(3, n, 40), data(4, n, 9)]
+    outs = [b.copy() for b in before]
+    with Ledger() as led:
+        K.matmuls(x, ws, outs, op="mlp", residual=True)
+    for w, b, out in zip(ws, before, outs):
+        np.testing.assert_array_equal(out, b + K.matmul(x, w))
+    assert led.passes[0]["by_op"]["residual"]["flops"] == n * (40 + 9)
+    with pytest.raises(ValueError, match="must be given"):
+        K.matmul(x, ws[0], residual=True)

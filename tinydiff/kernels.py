@@ -97,16 +97,17 @@ def _p(a):
     return _buf("float[]", a)
 
 
-def matmul(x, w, out=None, op="matmul"):
+def matmul(x, w, out=None, op="matmul", residual=False):
     """out[..., m] = x[..., k] @ w[m, k].T (w in HF layout: out_features x in_features).
 
     w: float32 (or anything that converts to it), or a weight type of tinydiff.quant read as it
     is stored (Q8_0 / Q4_0: [m, k/32] blocks; x is then quantized to Q8_0 first, as llama.cpp does).
+    residual: out (given) is the residual stream: out += x @ w.T, the add booked under 'residual'.
     op: the operation the cost is booked under when a Ledger is open (as in every kernel here)."""
-    return matmuls(x, (w,), (out,), op)[0]
+    return matmuls(x, (w,), (out,), op, residual)[0]
 
 
-def matmuls(x, ws, outs=None, op="matmul"):
+def matmuls(x, ws, outs=None, op="matmul", residual=False):
     """outs[j] = matmul(x, ws[j], out=outs[j]) for each j: several matmuls of one input (q/k/v,
     gate/up) in one C call. For few rows of x (decoding), x is converted once to the weights' type
     and the output rows of all the weights make one job for the threads; weights of different
@@ -116,6 +117,8 @@ def matmuls(x, ws, outs=None, op="matmul"):
     if x.ndim < 1 or len(outs) != len(ws):
         raise ValueError(f"matmul: need x [n,k] or [k] and one out per weight, got x {x.shape}, "
                          f"{len(ws)} weights and {len(outs)} outs")
+    if residual and any(out is None for out in outs):
+        raise ValueError("matmul: residual=True adds to out: it must be given")
     lead, k = x.shape[:-1], x.shape[-1]
     n = lead[0] if len(lead) == 1 else math.prod(lead)
     ws, outs, wp, yp, ms, kinds = list(ws), list(outs), [], [], [], []
@@ -131,13 +134,15 @@ def matmuls(x, ws, outs=None, op="matmul"):
     if kinds.count(kind) != len(kinds):      # mixed weight types: one call per type
         for kind in set(kinds):
             js = [j for j in range(len(ws)) if kinds[j] == kind]
-            matmuls(x, [ws[j] for j in js], [outs[j] for j in js], op)
+            matmuls(x, [ws[j] for j in js], [outs[j] for j in js], op, residual)
         return outs
-    if _matmuls(kind, _p(x), n, k, len(ws), wp, yp, ms):
+    if _matmuls(kind, _p(x), n, k, len(ws), wp, yp, ms, residual):
         raise MemoryError(f"matmul: no memory for x [{n},{k}] in the dot product's type")
     if ledger.active():
         for w, m in zip(ws, ms):
             ledger.book(op, cost.matmul(n, k, m, quant.bytes_per_weight(w)))
+            if residual:
+                ledger.book("residual", cost.add(n * m))
     return outs
 
 
@@ -280,14 +285,6 @@ def _scores(n, t, causal, q_pos0, mask):
 
 
 # -- NumPy glue the forward pass also books: small next to the kernels, but real bytes ----------
-
-def add(x, y, op="residual"):
-    """x += y in place, x and y of one shape (a residual)."""
-    np.add(x, y, out=x)
-    if ledger.active():
-        ledger.book(op, cost.add(x.size))
-    return x
-
 
 def add_bias(x, b, op="matmul"):
     """x[n, m] += b[m] in place (b is a weight, read once)."""

@@ -39,7 +39,6 @@ class Buffers:
         self.k = np.zeros((n_max, cfg.kv_dim), np.float32)                # [Bn, KVH*hd]
         self.v = np.zeros((n_max, cfg.kv_dim), np.float32)                # [Bn, KVH*hd]
         self.att = np.zeros((n_max, cfg.q_dim), np.float32)               # [Bn, H*hd] attention output
-        self.proj = np.zeros((n_max, cfg.hidden_size), np.float32)        # [Bn, d] o_proj / down_proj out
         self.gate = np.zeros((n_max, cfg.intermediate_size), np.float32)  # [Bn, f]
         self.up = np.zeros((n_max, cfg.intermediate_size), np.float32)    # [Bn, f]
 
@@ -57,7 +56,7 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, 
     H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
     pos = np.tile(np.arange(start, start + n, dtype=np.int64), B)       # [Bn] positions, for RoPE
     x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
-    att, proj, gate, up = buf.att[:B * n], buf.proj[:B * n], buf.gate[:B * n], buf.up[:B * n]
+    att, gate, up = buf.att[:B * n], buf.gate[:B * n], buf.up[:B * n]
     ledger.begin_pass(tokens=B * n)
     K.embedding(w.embed_tokens, ids.reshape(-1), out=x)               # [Bn, d]
 
@@ -79,17 +78,15 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, 
                         cache.v[l, b, :kv_len].reshape(kv_len, KVH, hd),
                         out=att[rows].reshape(n, H, hd), causal=causal, q_pos0=start,
                         op="attention")                               # [n, H, hd]
-        K.matmul(att, lw.o_proj, out=proj, op="matmul")               # [Bn, d]
+        K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True)   # x += [Bn, d]
         if lw.o_bias is not None:
-            K.add_bias(proj, lw.o_bias, op="matmul")
-        K.add(x, proj, op="residual")
+            K.add_bias(x, lw.o_bias, op="matmul")
 
         # MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x))
         K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h, op="norm")  # [Bn, d]
         K.matmuls(h, (lw.gate_proj, lw.up_proj), (gate, up), op="mlp")  # 2x [Bn, f]
         K.silu_mul(gate, up, out=gate, op="mlp")                      # [Bn, f]
-        K.matmul(gate, lw.down_proj, out=proj, op="mlp")              # [Bn, d]
-        K.add(x, proj, op="residual")
+        K.matmul(gate, lw.down_proj, out=x, op="mlp", residual=True)  # x += [Bn, d]
 
     if last_only:
         x = x.reshape(B, n, -1)[:, -1]                                # [B, d]
