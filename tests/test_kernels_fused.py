@@ -72,6 +72,13 @@ def test_matmuls_errors():
         K.matmuls(x, [data(1, 4, 64)], [None, None])
     with pytest.raises(ValueError, match="overlaps"):
         K.matmuls(x, [data(1, 2, 64)], [x.reshape(-1)[:4].reshape(2, 2)])
+    w = data(1, 8, 64)
+    with pytest.raises(ValueError, match="overlaps"):
+        K.matmuls(x, [data(2, 4, 64), w], [None, w.reshape(-1)[100:116].reshape(2, 8)])
+    row = np.zeros(2 * 64 + 2 * 8, np.float32)          # out right after x in one buffer: no overlap
+    xs, out = row[:128].reshape(2, 64), row[128:].reshape(2, 8)
+    xs[:] = x
+    np.testing.assert_array_equal(K.matmul(xs, w, out=out), K.matmul(x, w))
     with pytest.raises(ValueError, match="C-contiguous"):
         K.matmuls(x, [quant.quantize(data(1, 4, 128), "q8_0")[:, ::2]])
 
