@@ -5,7 +5,7 @@
 Each C kernel the forward pass calls is wrapped with a timer that adds up the time spent inside
 it; a decode step's wall time minus that sum is the time spent in Python (wrappers, argument
 checks, ledger tests, the loop over layers). The timers add ~0.1 us a call, counted as Python,
-so the share printed is slightly high. NumPy glue (residual adds, KV stores, embedding) counts
+so the share printed is slightly high. NumPy glue (KV stores, embedding, biases) counts
 as Python here: it is outside our kernels.
 """
 import argparse
