@@ -12,15 +12,22 @@ subtracted: this is traffic as a kernel sees it, the honest upper bound). Weight
 pass, whatever the number of positions: that is the whole point. Softmax's exp/max, the sampler's
 sort and similar bookkeeping are not counted as FLOPs.
 """
+import functools
+
 F32 = 4
+# A decode loop books the same few shapes at every step: the per-op costs are remembered, so
+# booking with a ledger open is a look-up. Their results are shared: read them, never change them.
+_memo = functools.lru_cache(maxsize=4096)
 
 
+@_memo
 def matmul(n, k, m, w_bytes=F32):
     """x [n,k] @ W[m,k].T: n*m dot products of length k; W read once (w_bytes a weight), x read, y
     written. (Q8_0/Q4_0 weights: x is also quantized, into scratch that stays in cache: not counted.)"""
     return 2 * n * k * m, {"weights": round(k * m * w_bytes), "activations": F32 * (n * k + n * m)}
 
 
+@_memo
 def attention(n, heads, kv_heads, hd, t, scores):
     """`scores` (query, key) pairs per head: q.k and p.v are hd multiply-adds each (4*hd FLOPs).
 
@@ -35,36 +42,43 @@ def causal_scores(n, past):
     return n * past + n * (n + 1) // 2
 
 
+@_memo
 def kv_store(size):
     """Copying `size` new K (or V) values into the cache, from the projection's output."""
     return 0, {"kv_write": size * F32, "activations": size * F32}
 
 
+@_memo
 def rmsnorm(n, d):
     """x^2, sum, scale, times weight: 4 FLOPs an element; the weight vector read once."""
     return 4 * n * d, {"weights": d * F32, "activations": 2 * n * d * F32}
 
 
+@_memo
 def rope(n, heads, hd):
     """Each pair (x1, x2) -> (x1 c - x2 s, x2 c + x1 s): 6 FLOPs a pair, in place."""
     return 3 * n * heads * hd, {"activations": 2 * n * heads * hd * F32}
 
 
+@_memo
 def silu_mul(size):
     """silu(g) * u = g / (1 + exp(-g)) * u: counted as 5 FLOPs an element; two read, one written."""
     return 5 * size, {"activations": 3 * size * F32}
 
 
+@_memo
 def add(size):
     """A residual: y += b, two activations read, one written."""
     return size, {"activations": 3 * size * F32}
 
 
+@_memo
 def bias_add(n, m, w_bytes=F32):
     """y[n, m] += b[m]: the bias vector is a weight, read once."""
     return n * m, {"weights": round(m * w_bytes), "activations": 2 * n * m * F32}
 
 
+@_memo
 def embedding(n, d, w_bytes=F32):
     """Gathering n rows of the embedding matrix: only those rows are read."""
     return 0, {"weights": round(n * d * w_bytes), "activations": n * d * F32}

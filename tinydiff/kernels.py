@@ -279,8 +279,9 @@ def _scores(n, t, causal, q_pos0, mask):
         if causal:
             allowed = allowed & (np.arange(t)[None, :] <= q_pos0 + np.arange(n)[:, None])
         return int(allowed.sum())
-    if causal:
-        return int(np.minimum(q_pos0 + np.arange(1, n + 1), t).sum())
+    if causal:  # query i sees min(q_pos0 + i + 1, t) keys: the first `full` of them see fewer than t
+        full = max(0, min(n, t - q_pos0))
+        return full * q_pos0 + full * (full + 1) // 2 + (n - full) * t
     return n * t
 
 
