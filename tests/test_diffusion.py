@@ -419,7 +419,8 @@ def test_infill_text_keeps_every_given_token(model):
     assert all(f == i for f, i in zip(filled, ids) if i != 2) and 2 not in filled
     out = D.infill(model, text)
     assert out == tok.decode(filled[first:last])
-    assert out.startswith("The ") and " sat on the " in out and out.endswith(".")
+    assert out.startswith("The") and " sat on the" in out and out.endswith(".")
+    assert tok.decode(ids[first:ids.index(2)]) == "The"             # the space before a hole is the hole's
     assert " sat on the mat" in D.infill(model, "[MASK*2] sat on the mat[MASK]")   # holes at both ends
 
 

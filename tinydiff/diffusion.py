@@ -491,8 +491,10 @@ def infill_ids(model, ids_with_masks, on_step=None, **opts):
 def infill(model, text, on_step=None, **opts):
     """Fills the holes of `text`: [MASK] is one token, [MASK*N] is N tokens; returns the whole text.
 
-    The text between holes is tokenized piece by piece, exactly as written (spaces included) and
-    never changes. The tokenizer's mask token written literally in the text is a hole too."""
+    The text between holes is tokenized piece by piece and never changes, except that one space
+    right before a hole is left to the hole: byte-level BPE spells a word with its leading space
+    (" time"), so "a [MASK]" asks for a word after "a", not for a word after "a ". The tokenizer's
+    mask token written literally in the text is a hole too."""
     tok = _tokenizer(model)
     ids, first, last = parse_holes(tok, text, mask_token_id(model), model.config.max_position_embeddings)
     filled = infill_ids(model, ids, on_step, **opts)
@@ -514,7 +516,9 @@ def parse_holes(tokenizer, text, mask_id, n_ctx):
             raise UsageError(f"empty hole {hole.group(0)} at character {hole.start()}: N must be >= 1")
         if len(ids) + n > n_ctx:
             raise UsageError(f"the holes and text exceed the context of {n_ctx} positions")
-        ids += tokenizer.encode(text[at:hole.start()], add_special_tokens=False) + [mask_id] * n
+        before = text[at:hole.start()]
+        before = before[:-1] if before.endswith(" ") and not before.endswith("  ") else before  # docstring
+        ids += tokenizer.encode(before, add_special_tokens=False) + [mask_id] * n
         at = hole.end()
     ids += tokenizer.encode(text[at:], add_special_tokens=False)
     if mask_id not in ids:
