@@ -19,29 +19,11 @@ from tinydiff import reference as R
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]
 ODD = st.sampled_from([1, 2, 3, 7, 16, 17, 33, 64, 100])
 # the SIMD-level fixture is set once per test, not per example, which is what we want
 settings.register_profile("kernels", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
 settings.load_profile("kernels")
-
-
-@pytest.fixture(params=LEVELS)
-def level(request):
-    """Run the test on one SIMD path, then restore the best one."""
-    best = K.simd()
-    K._set_simd(request.param)
-    yield request.param
-    K._set_simd(best)
-
-
-@pytest.fixture
-def threads():
-    """Restore the thread count a test changes."""
-    n = K.get_threads()
-    yield
-    K.set_threads(n)
 
 
 def data(seed, *shape, dtype=np.float32):

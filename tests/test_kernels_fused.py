@@ -8,16 +8,6 @@ from tinydiff import kernels as K
 from tinydiff import quant
 from tinydiff.ledger import Ledger
 
-LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]
-
-
-@pytest.fixture(params=LEVELS)
-def level(request):
-    best = K.simd()
-    K._set_simd(request.param)
-    yield request.param
-    K._set_simd(best)
-
 
 def data(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)

@@ -22,27 +22,11 @@ from tinydiff import kernels as K
 from tinydiff import quant
 from tinydiff import reference as R
 
-LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]
 TYPES = ["f16", "bf16", "q8_0", "q4_0"]
 BLOCKED = {"q8_0", "q4_0"}
 U = 2.0**-24
 # the SIMD-level fixture is set once per test, not per example, which is what we want
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-@pytest.fixture(params=LEVELS)
-def level(request):
-    best = K.simd()
-    K._set_simd(request.param)
-    yield request.param
-    K._set_simd(best)
-
-
-@pytest.fixture
-def threads():
-    n = K.get_threads()
-    yield
-    K.set_threads(n)
 
 
 def data(seed, *shape):

@@ -22,13 +22,6 @@ def cache_home(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.fixture
-def threads():
-    n = K.get_threads()
-    yield
-    K.set_threads(n)
-
-
 def positive(v):
     return isinstance(v, float) and math.isfinite(v) and v > 0
 

@@ -1,0 +1,24 @@
+"""Fixtures the kernel tests share."""
+import pytest
+
+from tinydiff import kernels as K
+
+# every SIMD path this CPU can run, up to the best one
+LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]
+
+
+@pytest.fixture(params=LEVELS)
+def level(request):
+    """Run the test on one SIMD path, then restore the best one."""
+    best = K.simd()
+    K._set_simd(request.param)
+    yield request.param
+    K._set_simd(best)
+
+
+@pytest.fixture
+def threads():
+    """Restore the thread count a test changes."""
+    n = K.get_threads()
+    yield
+    K.set_threads(n)
