@@ -18,7 +18,6 @@ Signatures and meaning match tinydiff.reference, the plain NumPy version.
 """
 import math
 import os
-import weakref
 
 import numpy as np
 
@@ -146,20 +145,12 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
     return outs
 
 
-_weights = {}  # id(w): (weakref to w, dtype, C type, numbers an element, pointer) of the C-contiguous weights seen
-
-
 def _weight(w):
-    """(w as the C kernels read it, its C type, k (numbers in a row), a pointer to it): a C-contiguous
-    array of a weight type as it is (its pointer remembered while it lives), else a float32 copy."""
-    seen = _weights.get(id(w))
-    if seen is not None and seen[0]() is w and w.dtype is seen[1]:
-        return w, seen[2], w.shape[-1] * seen[3], seen[4]
+    """(w as the C kernels read it, its C type, k (numbers in a row), a pointer to it): an array of
+    a weight type as it is (never copied: it must be C-contiguous), anything else as float32."""
     kind, per = _TYPES.get(w.dtype, (None, 1)) if isinstance(w, _ndarray) else (None, 1)
     if kind is not None and w.flags.c_contiguous and w.ndim:
-        key, ptr = id(w), ffi.cast("void *", _buf(w))   # a bare pointer: it does not keep w alive
-        _weights[key] = weakref.ref(w, lambda _, pop=_weights.pop: pop(key, None)), w.dtype, kind, per, ptr
-        return w, kind, w.shape[-1] * per, ptr
+        return w, kind, w.shape[-1] * per, _buf(w)
     if kind not in (None, lib.TD_F32):
         raise ValueError(f"matmul: {quant.type_of(w)} weights must be C-contiguous (they are never copied)")
     w = _f32(w)
