@@ -31,7 +31,7 @@ def timed(fn):
 
 
 def wrap_kernels():
-    for name in ("_matmuls", "_rmsnorm", "_rope", "_rope_qk", "_silu_mul", "_attention"):
+    for name in ("_matmuls", "_rmsnorm", "_rope", "_rope_qk", "_silu_mul", "_attention", "_decode_layer"):
         setattr(kernels, name, timed(getattr(kernels, name)))
 
 

@@ -55,6 +55,28 @@ void td_attention_f32(const float *q, const float *k, const float *v, float *out
                       int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd,
                       int causal, int64_t q_pos0, float scale);
 
+/* one decoder layer for one new token (layer.c): transformer.forward's loop body for B = n = 1 */
+struct td_layer {                   /* one layer's weights, each matrix of its own type */
+    const float *input_layernorm, *post_attention_layernorm;       /* [d] */
+    const void *q_proj, *k_proj, *v_proj, *o_proj;                  /* [H*hd,d] [KVH*hd,d] x2 [d,H*hd] */
+    const void *gate_proj, *up_proj, *down_proj;                    /* [f,d] x2 [d,f] */
+    enum td_type q_type, k_type, v_type, o_type, gate_type, up_type, down_type;
+    const float *q_bias, *k_bias, *v_bias, *o_bias;                 /* [H*hd] [KVH*hd] x2 [d], or NULL */
+};
+struct td_decode {                  /* the model's sizes and one token's scratch rows */
+    int64_t d, heads, kv_heads, hd, f;
+    float eps;                      /* RMSNorm's */
+    const float *inv_freq;          /* [hd/2] RoPE's */
+    float *h;                       /* [d] normed input of a block */
+    float *q, *att;                 /* [H*hd] */
+    float *gate, *up;               /* [f] */
+};
+/* x[d] += the layer's attention and MLP blocks for the token at position pos; its K and V go into
+   row pos of k_cache and v_cache [pos+1, KVH*hd], and attention reads rows 0..pos. Returns 0, or -1
+   if a matmul's scratch memory could not be had. */
+int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, float *k_cache,
+                    float *v_cache, int64_t pos);
+
 /* roofline (roofline.c): the sum mod 2^32 of x[len] (any 4-byte words), each thread reading its own
    contiguous slice reps times (a slice that fits a cache is read from it after the first pass).
    Only for measuring read bandwidth: tinydiff/roofline.py times it. */

@@ -27,7 +27,8 @@ from tinydiff.errors import UsageError
 from tinydiff.reference import physical_cores
 
 __all__ = ["set_threads", "get_threads", "physical_cores", "simd", "simd_extensions",
-           "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention"]
+           "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
+           "DecodeLayer", "DecodeRun", "decode_layer"]
 
 SIMD_LEVELS = ("c", "avx2", "avx512")  # index = the C level (cpu.c)
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
@@ -36,7 +37,7 @@ _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 u
 _shares = np.may_share_memory
 _matmuls, _rmsnorm, _softmax = lib.td_matmuls, lib.td_rmsnorm_f32, lib.td_softmax_f32
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
-_rope_qk = lib.td_rope_qk_f32
+_rope_qk, _decode_layer = lib.td_rope_qk_f32, lib.td_decode_layer
 _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK)}  # weight dtype: C type, k per element
 
@@ -274,6 +275,76 @@ def _scores(n, t, causal, q_pos0, mask):
         full = max(0, min(n, t - q_pos0))
         return full * q_pos0 + full * (full + 1) // 2 + (n - full) * t
     return n * t
+
+
+# -- one decoder layer for one new token, in one C call (csrc/layer.c) ------------------------
+
+class DecodeLayer:
+    """A layer's weights as csrc/layer.c reads them: a struct td_layer of pointers into the arrays
+    (kept alive here), made once per model; and what one call books, but for attention (which grows
+    with the position): the same entries the per-kernel wrappers above book in forward's loop."""
+
+    def __init__(self, cfg, lw):
+        mats = {name: _weight(getattr(lw, name)) for name in
+                ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
+        vecs = {name: _f32(getattr(lw, name)) for name in ("input_layernorm", "post_attention_layernorm")}
+        vecs.update({name: _f32(getattr(lw, name)) for name in ("q_bias", "k_bias", "v_bias", "o_bias")
+                     if getattr(lw, name) is not None})
+        fields = {name: _p(a) for name, a in vecs.items()}
+        for name, (w, kind, _, ptr) in mats.items():
+            fields[name], fields[name[:-5] + "_type"] = ptr, kind
+        self._arrays = (mats, vecs, fields)                            # the pointers' owners
+        self.c = ffi.new("struct td_layer *", fields)
+        self.costs = self._costs(cfg, {name: quant.bytes_per_weight(m[0]) for name, m in mats.items()}, vecs)
+        self.shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+
+    @staticmethod
+    def _costs(cfg, wb, vecs):
+        d, f, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.q_dim, cfg.kv_dim
+        H, KVH, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        entries = [("norm", cost.rmsnorm(1, d)), ("norm", cost.rmsnorm(1, d)),
+                   ("matmul", cost.matmul(1, d, qd, wb["q_proj"])), ("matmul", cost.matmul(1, d, kvd, wb["k_proj"])),
+                   ("matmul", cost.matmul(1, d, kvd, wb["v_proj"])),
+                   ("rope", cost.rope(1, H, hd)), ("rope", cost.rope(1, KVH, hd)),
+                   ("attention", cost.kv_store(kvd)), ("attention", cost.kv_store(kvd)),
+                   ("matmul", cost.matmul(1, qd, d, wb["o_proj"])), ("residual", cost.add(d)),
+                   ("mlp", cost.matmul(1, d, f, wb["gate_proj"])), ("mlp", cost.matmul(1, d, f, wb["up_proj"])),
+                   ("mlp", cost.silu_mul(f)), ("mlp", cost.matmul(1, f, d, wb["down_proj"])), ("residual", cost.add(d))]
+        entries += [("matmul", cost.bias_add(1, vecs[b].size)) for b in ("q_bias", "k_bias", "v_bias", "o_bias")
+                    if b in vecs]
+        return entries
+
+
+class DecodeRun:
+    """One decode step's run state for csrc/layer.c: the model's sizes, the scratch rows of a
+    transformer.Buffers, and the KV cache of its one sequence."""
+
+    def __init__(self, cfg, buf, cache, inv_freq):
+        L, B, self.ctx, kvd = cache.k.shape                            # [L, 1, ctx, KVH*hd]
+        if B != 1 or cache.v.shape != cache.k.shape:
+            raise ValueError(f"decode: one sequence's KV cache expected, got {cache.k.shape}")
+        inv_freq = _f32(inv_freq)
+        rows = dict(inv_freq=_p(inv_freq), h=_p(buf.h), q=_p(buf.q), att=_p(buf.att), gate=_p(buf.gate),
+                    up=_p(buf.up))
+        self._arrays = (inv_freq, rows)                                # the pointers' owners
+        self.c = ffi.new("struct td_decode *", dict(
+            d=cfg.hidden_size, heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, hd=cfg.head_dim,
+            f=cfg.intermediate_size, eps=cfg.rms_norm_eps, **rows))
+        self.x = _p(buf.x)                                             # [1, d] the residual stream
+        self.k, self.v, self.layer_floats = _p(cache.k), _p(cache.v), self.ctx * kvd
+
+
+def decode_layer(layer, run, l, pos):
+    """run's x [1, d] += decoder layer l (weights: a DecodeLayer) for the token at position pos; its
+    K and V go into cache slot pos of layer l, and attention reads slots 0..pos."""
+    if not 0 <= pos < run.ctx:
+        raise ValueError(f"decode: position {pos} is outside the cache's {run.ctx} slots")
+    at = l * run.layer_floats
+    if _decode_layer(layer.c, run.c, run.x, run.k + at, run.v + at, pos):
+        raise MemoryError("decode: no memory for x in the dot product's type")
+    if ledger.active():
+        ledger.book_all(layer.costs)
+        ledger.book("attention", cost.attention(1, *layer.shape, pos + 1, pos + 1))
 
 
 # -- NumPy glue the forward pass also books: small next to the kernels, but real bytes ----------

@@ -56,6 +56,12 @@ def book(op, cost):
         led._log.append((op, cost))
 
 
+def book_all(entries):
+    """book(op, cost) for each (op, cost) of entries."""
+    for led in _local.stack:
+        led._log.extend(entries)
+
+
 def book_sampling(cost):
     """Books the sampler's work, (flops, {byte kind: bytes}): it reads logits, it runs no model."""
     flops, nbytes = cost

@@ -15,7 +15,7 @@ from .gguf import load_gguf
 from .safetensors import load_checkpoint
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
-from .transformer import Buffers, KVCache, forward, rope_inv_freq
+from .transformer import Buffers, KVCache, decode, forward, rope_inv_freq
 from .weights import load_weights
 
 
@@ -84,6 +84,7 @@ class Model:
         self.tokenizer = tokenizer
         self.path = path
         self.inv_freq = rope_inv_freq(config)       # [hd/2]
+        self.decode_layers = [kernels.DecodeLayer(config, lw) for lw in weights.layers]  # for csrc/layer.c
 
     # -- forward passes ------------------------------------------------------------------
 
@@ -91,6 +92,8 @@ class Model:
         """ids [B, n]: see transformer.forward."""
         ids = np.asarray(ids, dtype=np.int64)
         self._check_ids(ids)
+        if ids.shape == (1, 1) and causal and kv_len in (None, start + 1) and cache.k.shape[1] == 1:
+            return decode(self.config, self.weights, self.decode_layers, self.inv_freq, ids[0], cache, buf, start)
         return forward(self.config, self.weights, self.inv_freq, ids, cache, buf, start, kv_len,
                        causal, last_only)
 

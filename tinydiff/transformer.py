@@ -92,3 +92,19 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, 
         x = x.reshape(B, n, -1)[:, -1]                                # [B, d]
     out = K.rmsnorm(x, w.norm, eps, op="norm")                        # [Bn or B, d]
     return K.matmul(out, w.lm_head, op="lm_head")                     # [Bn or B, V]
+
+
+def decode(cfg, w, layers, inv_freq, token, cache, buf, pos):
+    """forward() for one new token of one sequence at position pos: an autoregressive decode step.
+
+    The same layers, each one C call (csrc/layer.c is forward's loop body above, kernel for kernel,
+    bit for bit): with one row, the Python around ~11 kernel calls a layer would cost a small model
+    a third of its time. layers: a kernels.DecodeLayer per layer. Returns logits [1, V]."""
+    run = K.DecodeRun(cfg, buf, cache, inv_freq)
+    x = buf.x[:1]                                                     # [1, d] residual stream
+    ledger.begin_pass(tokens=1)
+    K.embedding(w.embed_tokens, token, out=x)                        # [1, d]
+    for l, layer in enumerate(layers):
+        K.decode_layer(layer, run, l, pos)                            # x += layer l  [1, d]
+    out = K.rmsnorm(x, w.norm, cfg.rms_norm_eps, op="norm")          # [1, d]
+    return K.matmul(out, w.lm_head, op="lm_head")                     # [1, V]

@@ -1,0 +1,76 @@
+"""The one-call decode layer (csrc/layer.c) against forward's loop of kernel calls: bit for bit.
+
+Model.forward takes the C layer for one new token of one sequence (an autoregressive decode step);
+transformer.forward, called directly, always runs the per-kernel loop. Both must give the same
+logits and leave the same KV cache, on every SIMD path and weight type."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tinydiff import quant, transformer
+from tinydiff.config import config_from_dict
+from tinydiff.ledger import Ledger
+from tinydiff.model import Model
+from tinydiff.shapes import stored_as
+from tinydiff.weights import random_weights
+
+BASE = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=96, vocab_size=50, max_position_embeddings=64, rms_norm_eps=1e-5)
+CONFIGS = {"llama gqa": BASE,
+           "llama attention_bias": {**BASE, "attention_bias": True},   # q/k/v and o biases
+           "qwen2": {**BASE, "model_type": "qwen2", "num_key_value_heads": 1}}
+
+
+def model(name, weight_type):
+    cfg = config_from_dict(CONFIGS[name])
+    w = stored_as(random_weights(cfg, seed=3, std=0.3), weight_type if weight_type != "mixed" else "f32")
+    if weight_type == "mixed":  # as GGUF files mix them: each matrix of its own type
+        types = dict(q_proj="q8_0", k_proj="f16", v_proj="q4_0", o_proj="bf16", gate_proj="q4_0", up_proj="q8_0")
+        w.layers = [dataclasses.replace(lw, **{f: quant.quantize(getattr(lw, f), t) for f, t in types.items()})
+                    for lw in w.layers]
+    return Model(cfg, w, tokenizer=None)
+
+
+def run(m, ids, prefill, one_call):
+    """Logits of each decode step after a prefill, and the cache they leave."""
+    cache, buf = transformer.KVCache(m.config, 32), transformer.Buffers(m.config, prefill)
+    m.forward(ids[:, :prefill], cache, buf, 0)
+    logits = []
+    for i in range(prefill, ids.shape[1]):
+        if one_call:
+            logits.append(m.forward(ids[:, i:i + 1], cache, buf, i))
+        else:
+            logits.append(transformer.forward(m.config, m.weights, m.inv_freq, ids[:, i:i + 1], cache, buf, i))
+    return np.array(logits), cache
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("weight_type", ["f32", "f16", "bf16", "q8_0", "q4_0", "mixed"])
+def test_decode_layer_is_forward_bit_for_bit(name, weight_type, level):
+    m = model(name, weight_type)
+    ids = np.random.default_rng(0).integers(0, 50, size=(1, 12))
+    ref, ref_cache = run(m, ids, 5, one_call=False)
+    got, cache = run(m, ids, 5, one_call=True)
+    assert np.isfinite(ref).all() and ref.std() > 0.1
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(cache.k, ref_cache.k)
+    np.testing.assert_array_equal(cache.v, ref_cache.v)
+
+
+def test_decode_books_what_forward_books():
+    m = model("llama attention_bias", "q8_0")
+    ids = np.random.default_rng(1).integers(0, 50, size=(1, 8))
+    with Ledger() as ref:
+        run(m, ids, 4, one_call=False)
+    with Ledger() as got:
+        run(m, ids, 4, one_call=True)
+    assert got.passes == ref.passes
+    assert len(got.passes) == 5 and got.passes[1]["by_op"]["attention"]["flops"] > 0
+
+
+def test_decode_position_outside_the_cache_is_refused():
+    m = model("llama gqa", "f32")
+    cache, buf = transformer.KVCache(m.config, 4), transformer.Buffers(m.config, 1)
+    with pytest.raises(ValueError, match="position 4 is outside the cache's 4 slots"):
+        m.forward(np.array([[1]]), cache, buf, 4)
