@@ -250,6 +250,21 @@ def test_bench_table_and_bad_test_spec(capsys, fixed_roofline):
     assert "8y1" in capsys.readouterr().err
 
 
+def test_bench_runs_each_weight_type_and_gives_ratios(capsys, fixed_roofline):
+    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-r", "1", "--type", "f32,q8_0",
+                 "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["model"].split()[-1], r["test"]) for r in rows] == [
+        ("f32", "pp8"), ("f32", "tg2"), ("f32", "dd8x1"), ("q8_0", "pp8"), ("q8_0", "tg2"), ("q8_0", "dd8x1")]
+    f32_tg, q8_tg = rows[1], rows[4]
+    assert q8_tg["flops"] == f32_tg["flops"] and q8_tg["bytes"] < 0.5 * f32_tg["bytes"]
+    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-r", "1", "--type", "f32,q4_0"]) == 0
+    out = capsys.readouterr().out
+    assert "tg2: q4_0" in out and "x the f32 t/s" in out
+    assert main(["bench", "-m", MODEL, "--type", "q3"]) == 2
+    assert "bench: unknown weight type 'q3'" in capsys.readouterr().err
+
+
 def test_cost_prints_ar_and_diffusion_rows_and_draws_the_plot(capsys, fixed_roofline, tmp_path, llada_dir):
     svg = tmp_path / "roofline.svg"
     assert main(["cost", "-m", MODEL, "-m", llada_dir, "-n", "8", "--plot", str(svg)]) == 0

@@ -208,3 +208,12 @@ def test_bf16_nan_stays_nan():
     got = bits_to_bf16(0x7FC00000, 0x7F800001, 0xFFFFFFFF, 0x7F80FFFF)
     assert got == [0x7FC0, 0x7FC0, 0xFFFF, 0x7FC0]   # quieted, never rounded into inf
     assert np.all(np.isnan(quant.dequantize(quant.to_bf16(np.array([np.nan, -np.nan], np.float32)))))
+
+
+def test_quantize_a_typed_matrix_starts_from_its_values():
+    w = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
+    q8 = quant.quantize(w, "q8_0")
+    assert quant.quantize(q8, "q8_0") is q8                        # already that type: as it is
+    np.testing.assert_array_equal(quant.quantize(q8, "f32"), quant.dequantize(q8))
+    q4 = quant.quantize(q8, "q4_0")
+    assert q4.tobytes() == quant.quantize(quant.dequantize(q8), "q4_0").tobytes()

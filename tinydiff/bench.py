@@ -41,13 +41,13 @@ class Result:
         rate, t = self.tokens_per_s, statistics.mean(self.seconds)
         sd = statistics.stdev(rate) if len(rate) > 1 else 0.0
         share = f"{100 * self.roofline_seconds / t:.1f}%" if self.roofline_seconds else "-"
-        return (f"| {self.model:14s} | {self.params / 1e6:7.1f}M | {self.threads:7d} | {self.test:>9s} | "
+        return (f"| {self.model:20s} | {self.params / 1e6:7.1f}M | {self.threads:7d} | {self.test:>9s} | "
                 f"{statistics.mean(rate):8.1f} ± {sd:5.1f} | {self.bytes / t / 1e9:7.2f} | "
                 f"{self.flops / t / 1e9:8.2f} | {share:>8s} |")
 
 
-HEADER = ("| model          |   params | threads |      test |              t/s |    GB/s |  GFLOP/s | "
-          "roofline |\n|----------------|----------|---------|-----------|------------------|---------|----------|"
+HEADER = ("| model                |   params | threads |      test |              t/s |    GB/s |  GFLOP/s | "
+          "roofline |\n|----------------------|----------|---------|-----------|------------------|---------|----------|"
           "----------|")
 
 
@@ -125,3 +125,17 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
 
 def as_json(results):
     return json.dumps([{**asdict(r), "tokens_per_s": r.tokens_per_s} for r in results], indent=1)
+
+
+def type_ratios(results, types):
+    """Each test's mean t/s in every weight type as a ratio to the first type's, per model: the
+    lines under a `--type f32,q8_0,q4_0` table."""
+    rows, first = [], {}
+    for r in results:
+        name, wtype = r.model.rsplit(" ", 1)
+        rate = statistics.mean(r.tokens_per_s)
+        if wtype == types[0]:
+            first[name, r.test] = rate
+        elif (name, r.test) in first:
+            rows.append(f"{name} {r.test}: {wtype} {rate / first[name, r.test]:.2f}x the {types[0]} t/s")
+    return "\n".join(rows)

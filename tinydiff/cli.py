@@ -96,6 +96,9 @@ def build_parser():
     b.add_argument("-n", "--n-gen", type=int, action="append", default=None, help="tg test sizes (default 128)")
     b.add_argument("-d", "--diffusion", action="append", default=None,
                    help="dd tests as LxS: canvas L for S steps (default 256x4)")
+    b.add_argument("--type", default=None,
+                   help="weight types to run each model in, quantized in memory, e.g. f32,q8_0,q4_0 "
+                        "(default: as loaded); the t/s of each type is also given as a ratio to the first")
     b.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions of each test (default 3)")
     b.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     b.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -238,7 +241,8 @@ def cmd_infill(args):
 
 
 def cmd_bench(args):
-    from .bench import HEADER, as_json, bench, parse_test
+    from .bench import HEADER, as_json, bench, parse_test, type_ratios
+    from .cost_table import stored_as
     from .model import load, set_threads
     from .shapes import SHAPES, random_model
     if args.threads is not None:
@@ -252,6 +256,7 @@ def cmd_bench(args):
     unknown = [s for s in args.shape or [] if s not in SHAPES]
     if unknown:
         raise UsageError(f"bench: unknown shape '{unknown[0]}' (known: {', '.join(SHAPES)})")
+    types = _weight_types(args.type, "bench")
     roofline = None if args.no_roofline else _roofline(args.threads)
     models = [(path, lambda p=path: load(p)) for path in args.model or []]
     models += [(name, lambda n=name: random_model(n)) for name in args.shape or ([] if args.model else SHAPES)]
@@ -259,15 +264,20 @@ def cmd_bench(args):
     if not args.json:
         print(HEADER)
     for name, make in models:
-        for r in bench(make(), name, tests, args.repetitions, roofline):
-            results.append(r)
-            if not args.json:
-                print(r.row(), flush=True)
+        model = make()
+        for wtype in types:
+            label = f"{name} {wtype}" if wtype else name
+            for r in bench(stored_as(model, wtype), label, tests, args.repetitions, roofline):
+                results.append(r)
+                if not args.json:
+                    print(r.row(), flush=True)
     if args.json:
         print(as_json(results))
+    elif len(types) > 1:
+        print("\n" + type_ratios(results, types))
 
 
-def _weight_types(text):
+def _weight_types(text, command="cost"):
     """[None] (the models as loaded), or the --type list checked against tinydiff.quant's names."""
     from .quant import TYPES
     if text is None:
@@ -275,7 +285,7 @@ def _weight_types(text):
     types = [t.strip() for t in text.split(",")]
     for t in types:
         if t not in TYPES:
-            raise UsageError(f"cost: unknown weight type {t!r} in --type; choose from {', '.join(TYPES)}")
+            raise UsageError(f"{command}: unknown weight type {t!r} in --type; choose from {', '.join(TYPES)}")
     return types
 
 

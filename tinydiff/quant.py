@@ -54,7 +54,12 @@ def bytes_per_weight(w):
 
 
 def quantize(w, name):
-    """The float32 matrix w [m, k] stored as type `name`. Block types need k % 32 == 0."""
+    """The matrix w [m, k] stored as type `name`. Block types need k % 32 == 0. w may already be of
+    a weight type: as it is if that is `name`, else its values (dequantized) stored anew."""
+    if isinstance(w, np.ndarray) and w.dtype in (np.float16, BF16, Q8_0, Q4_0):
+        if type_of(w) == name:
+            return w
+        w = dequantize(w)
     w = np.ascontiguousarray(w, dtype=np.float32)
     if name == "f32":
         return w

@@ -33,12 +33,10 @@ def random_model(name, seed=0, weight_type="f32"):
 
 
 def stored_as(weights, weight_type):
-    """Weights with every matrix quantized to weight_type; the vectors (norms, biases) stay f32 and
-    a tied LM head stays the embedding itself."""
+    """Weights with every matrix stored as weight_type (from whatever type it has); the vectors
+    (norms, biases) stay f32 and a tied LM head stays the embedding itself."""
     from . import quant
     from .weights import LayerWeights, Weights
-    if weight_type == "f32":
-        return weights
 
     def q(a):
         return quant.quantize(a, weight_type) if a is not None and a.ndim == 2 else a
