@@ -474,20 +474,75 @@ TD_AVX512_VNNI TD_INLINE __m512 scale_pair(td_fp16_t dw0, td_fp16_t dw1, td_fp16
     return _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_mul_ps(d, _mm_movehl_ps(d, d))));
 }
 
-/* two blocks a step in one zmm; an odd last block as AVX2 does, with vpdpbusd */
+/* The scales of 8 consecutive blocks as 8 halves, picked out of the block bytes by a word permute
+   (one per 128 bytes) instead of one by one: converting each pair's scales on its own cost as many
+   instructions as the pair's integer dot product. Q4_0 blocks are 9 words long, Q8_0 blocks 17. */
+static const uint16_t d_words_q4_0[32] = {0, 9, 18, 27, 36, 45, 54, 63};
+static const uint16_t d_words_q8_0[32] = {0, 17, 34, 51, 4, 21, 38, 55}; /* blocks 4-7: from byte 128 */
+
+TD_AVX512_VNNI TD_INLINE __m128i scales8_q4_0(const block_q4_0 *b)
+{
+    const char *p = (const char *)b; /* 8 blocks are 144 bytes: the first 128 hold every scale */
+    return _mm512_castsi512_si128(_mm512_permutex2var_epi16(
+        _mm512_loadu_si512(p), _mm512_loadu_si512(d_words_q4_0), _mm512_loadu_si512(p + 64)));
+}
+
+TD_AVX512_VNNI TD_INLINE __m128i scales8_q8_0(const block_q8_0 *b)
+{
+    const char *p = (const char *)b; /* 8 blocks are 272 bytes: scales 0-3 in bytes 0-127, 4-7 in 128-255 */
+    const __m512i idx = _mm512_loadu_si512(d_words_q8_0);
+    const __m512i lo = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
+    const __m512i hi = _mm512_permutex2var_epi16(_mm512_loadu_si512(p + 128), idx, _mm512_loadu_si512(p + 192));
+    return _mm_blend_epi16(_mm512_castsi512_si128(lo), _mm512_castsi512_si128(hi), 0xF0);
+}
+
+/* d_w * d_x of 8 blocks, in the low 8 lanes */
+TD_AVX512_VNNI TD_INLINE __m512 scales8(__m128i dw, const block_q8_0 *x)
+{
+    return _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_cvtph_ps(scales8_q8_0(x))));
+}
+
+/* the sign trick, |w| . (x with w's sign), on two Q8_0 blocks: lanes of 4 quants, block 0 in lanes 0-7 */
+TD_AVX512_VNNI TD_INLINE __m512 dot_pair_q8_0(const block_q8_0 *w, const block_q8_0 *x)
+{
+    const __m512i qw = load_q8_pair(w), qx = load_q8_pair(x);
+    const __m512i sx = _mm512_mask_sub_epi8(qx, _mm512_movepi8_mask(qw), _mm512_setzero_si512(), qx);
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx));
+}
+
+/* two Q4_0 blocks, the nibbles as unsigned bytes: nibble . x - 8 . x = (nibble - 8) . x; lanes of 4
+   quants: [block 0: 0..15 | block 1: 0..15 | block 0: 16..31 | block 1: 16..31] */
+TD_AVX512_VNNI TD_INLINE __m512 dot_pair_q4_0(const block_q4_0 *w, const block_q8_0 *x)
+{
+    const __m256i low = _mm256_set1_epi8(15);
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[0].qs)),
+                                              _mm_loadu_si128((const __m128i *)w[1].qs), 1);
+    const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, low)),
+                                           _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
+    const __m512i qx = load_q8_pair(x);
+    const __m512i xs = _mm512_shuffle_i64x2(qx, qx, _MM_SHUFFLE(3, 1, 2, 0)); /* in nib's order */
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xs),
+                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xs)));
+}
+
+/* Both: two blocks a step in one zmm, eight blocks' scales at a time; the pairs past the last 8
+   with their scales one by one, an odd last block as AVX2 does, with vpdpbusd. The lanes of a
+   pair's scale follow its dot product's. */
 TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_vnni(int64_t k, const void *vw, const void *vx)
 {
     const block_q8_0 *w = vw, *x = vx;
     const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m512 acc = _mm512_setzero_ps();
     int64_t nb = k / QK8_0, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m512i qw = load_q8_pair(w + i), qx = load_q8_pair(x + i);
-        /* the sign trick: |w| . (x with w's sign) */
-        const __m512i sx = _mm512_mask_sub_epi8(qx, _mm512_movepi8_mask(qw), _mm512_setzero_si512(), qx);
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale_pair(w[i].d, w[i + 1].d, x[i].d, x[i + 1].d, lanes), acc);
+    for (; i + 8 <= nb; i += 8) {
+        const __m512 s = scales8(scales8_q8_0(w + i), x + i);
+        for (int j = 0; j < 8; j += 2)
+            acc = _mm512_fmadd_ps(dot_pair_q8_0(w + i + j, x + i + j),
+                                  _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(j)), s), acc);
     }
+    for (; i + 2 <= nb; i += 2)
+        acc = _mm512_fmadd_ps(dot_pair_q8_0(w + i, x + i), scale_pair(w[i].d, w[i + 1].d, x[i].d, x[i + 1].d, lanes),
+                              acc);
     float s = _mm512_reduce_add_ps(acc);
     if (i < nb) {
         const __m256i qw = _mm256_loadu_si256((const __m256i *)w[i].qs);
@@ -497,28 +552,22 @@ TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_vnni(int64_t k, const void *vw, co
     return s;
 }
 
-/* two blocks a step: the nibbles as unsigned bytes, nibble . x - 8 . x = (nibble - 8) . x */
 TD_AVX512_VNNI static float vec_dot_q4_0_q8_0_vnni(int64_t k, const void *vw, const void *vx)
 {
     const block_q4_0 *w = vw;
     const block_q8_0 *x = vx;
-    /* lanes (4 quants each) of [block 0: 0..15 | block 1: 0..15 | block 0: 16..31 | block 1: 16..31] */
     const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-    const __m256i low = _mm256_set1_epi8(15);
-    const __m512i eight = _mm512_set1_epi8(8);
     __m512 acc = _mm512_setzero_ps();
     int64_t nb = k / QK4_0, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[i].qs)),
-                                                  _mm_loadu_si128((const __m128i *)w[i + 1].qs), 1);
-        const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, low)),
-                                               _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
-        const __m512i qx = load_q8_pair(x + i);
-        const __m512i xs = _mm512_shuffle_i64x2(qx, qx, _MM_SHUFFLE(3, 1, 2, 0)); /* in nib's order */
-        const __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xs),
-                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xs));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale_pair(w[i].d, w[i + 1].d, x[i].d, x[i + 1].d, lanes), acc);
+    for (; i + 8 <= nb; i += 8) {
+        const __m512 s = scales8(scales8_q4_0(w + i), x + i);
+        for (int j = 0; j < 8; j += 2)
+            acc = _mm512_fmadd_ps(dot_pair_q4_0(w + i + j, x + i + j),
+                                  _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(j)), s), acc);
     }
+    for (; i + 2 <= nb; i += 2)
+        acc = _mm512_fmadd_ps(dot_pair_q4_0(w + i, x + i), scale_pair(w[i].d, w[i + 1].d, x[i].d, x[i + 1].d, lanes),
+                              acc);
     float s = _mm512_reduce_add_ps(acc);
     if (i < nb) {
         const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w[i].qs), _mm256_set1_epi8(8));
