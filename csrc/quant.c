@@ -510,24 +510,20 @@ TD_AVX512_VNNI TD_INLINE __m512 dot_pair_q8_0(const block_q8_0 *w, const block_q
     return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx));
 }
 
-/* two Q4_0 blocks, the nibbles as unsigned bytes: nibble . x - 8 . x = (nibble - 8) . x; lanes of 4
-   quants: [block 0: 0..15 | block 1: 0..15 | block 0: 16..31 | block 1: 16..31] */
-TD_AVX512_VNNI TD_INLINE __m512 dot_pair_q4_0(const block_q4_0 *w, const block_q8_0 *x)
+/* two Q4_0 blocks' nibbles as unsigned bytes, lanes of 4 quants: [block 0: 0..15 | block 1: 0..15 |
+   block 0: 16..31 | block 1: 16..31] */
+TD_AVX512_VNNI TD_INLINE __m512i nibbles_pair_q4_0(const block_q4_0 *w)
 {
     const __m256i low = _mm256_set1_epi8(15);
     const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[0].qs)),
                                               _mm_loadu_si128((const __m128i *)w[1].qs), 1);
-    const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, low)),
-                                           _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
-    const __m512i qx = load_q8_pair(x);
-    const __m512i xs = _mm512_shuffle_i64x2(qx, qx, _MM_SHUFFLE(3, 1, 2, 0)); /* in nib's order */
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xs),
-                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xs)));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, low)),
+                              _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
 }
 
-/* Both: two blocks a step in one zmm, eight blocks' scales at a time; the pairs past the last 8
-   with their scales one by one, an odd last block as AVX2 does, with vpdpbusd. The lanes of a
-   pair's scale follow its dot product's. */
+/* Two blocks a step in one zmm, eight blocks' scales at a time; the pairs past the last 8 with
+   their scales one by one, an odd last block as AVX2 does, with vpdpbusd. The lanes of a pair's
+   scale follow its dot product's. */
 TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_vnni(int64_t k, const void *vw, const void *vx)
 {
     const block_q8_0 *w = vw, *x = vx;
@@ -552,29 +548,55 @@ TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_vnni(int64_t k, const void *vw, co
     return s;
 }
 
-TD_AVX512_VNNI static float vec_dot_q4_0_q8_0_vnni(int64_t k, const void *vw, const void *vx)
+/* Q4_0 rows . one x, R rows at once (1 or 4): the x side of each pair of blocks (its quants in
+   the nibbles' order, -8 . x for nibble . x - 8 . x = (nibble - 8) . x, its scales) is made once
+   for the R rows. Each row's sums run in the same order whatever R is: the same result to the bit. */
+TD_AVX512_VNNI TD_INLINE void dot_rows_q4_0(const int R, int64_t k, const char *vw, int64_t row_bytes,
+                                            const block_q8_0 *x, float *y)
 {
-    const block_q4_0 *w = vw;
-    const block_q8_0 *x = vx;
     const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-    __m512 acc = _mm512_setzero_ps();
+    const block_q4_0 *w[4];
+    __m512 acc[4], s[4];
+    for (int r = 0; r < R; r++)
+        w[r] = (const block_q4_0 *)(vw + r * row_bytes), acc[r] = _mm512_setzero_ps();
     int64_t nb = k / QK4_0, i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        const __m512 s = scales8(scales8_q4_0(w + i), x + i);
-        for (int j = 0; j < 8; j += 2)
-            acc = _mm512_fmadd_ps(dot_pair_q4_0(w + i + j, x + i + j),
-                                  _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(j)), s), acc);
+    for (; i + 2 <= nb; i += 2) {
+        const int in8 = i % 8;       /* the pair's place in its group of 8 blocks */
+        if (in8 == 0 && i + 8 <= nb) /* the group's scales */
+            for (int r = 0; r < R; r++)
+                s[r] = scales8(scales8_q4_0(w[r] + i), x + i);
+        const int grouped = i - in8 + 8 <= nb;
+        const __m512i qx = load_q8_pair(x + i);
+        const __m512i xs = _mm512_shuffle_i64x2(qx, qx, _MM_SHUFFLE(3, 1, 2, 0)); /* in the nibbles' order */
+        const __m512i minus8x = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xs));
+        for (int r = 0; r < R; r++) {
+            const __m512 scale = grouped ? _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(in8)), s[r])
+                                         : scale_pair(w[r][i].d, w[r][i + 1].d, x[i].d, x[i + 1].d, lanes);
+            const __m512i dot = _mm512_dpbusd_epi32(minus8x, nibbles_pair_q4_0(w[r] + i), xs);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
+        }
     }
-    for (; i + 2 <= nb; i += 2)
-        acc = _mm512_fmadd_ps(dot_pair_q4_0(w + i, x + i), scale_pair(w[i].d, w[i + 1].d, x[i].d, x[i + 1].d, lanes),
-                              acc);
-    float s = _mm512_reduce_add_ps(acc);
-    if (i < nb) {
-        const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w[i].qs), _mm256_set1_epi8(8));
-        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        s += hsum_float_8(_mm256_mul_ps(scale_8(w[i].d, x[i].d), mul_sum_i8_pairs_vnni(qw, qx)));
+    for (int r = 0; r < R; r++) {
+        y[r] = _mm512_reduce_add_ps(acc[r]);
+        if (i < nb) { /* an odd last block as AVX2 does, with vpdpbusd */
+            const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w[r][i].qs), _mm256_set1_epi8(8));
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+            y[r] += hsum_float_8(_mm256_mul_ps(scale_8(w[r][i].d, x[i].d), mul_sum_i8_pairs_vnni(qw, qx)));
+        }
     }
-    return s;
+}
+
+TD_AVX512_VNNI static float vec_dot_q4_0_q8_0_vnni(int64_t k, const void *w, const void *x)
+{
+    float y;
+    dot_rows_q4_0(1, k, w, 0, x, &y);
+    return y;
+}
+
+TD_AVX512_VNNI static void vec_dot4_q4_0_q8_0_vnni(int64_t k, const void *w, int64_t row_bytes, const void *x, float *y)
+{
+    dot_rows_q4_0(4, k, w, row_bytes, x, y);
 }
 
 /* each entry needs the extension named in needs_ext[]; without it the AVX2 entry is used */
@@ -584,7 +606,7 @@ static const struct type_traits traits_avx512[TD_NTYPES] = {
     [TD_Q8_0] = {QK8_0, sizeof(block_q8_0), q8_0_to_float_avx512, quantize_row_q8_0_avx512, q8_0_to_float_avx512,
                  QK8_0, sizeof(block_q8_0), vec_dot_q8_0_q8_0_vnni},
     [TD_Q4_0] = {QK4_0, sizeof(block_q4_0), q4_0_to_float_avx512, quantize_row_q8_0_avx512, q8_0_to_float_avx512,
-                 QK8_0, sizeof(block_q8_0), vec_dot_q4_0_q8_0_vnni},
+                 QK8_0, sizeof(block_q8_0), vec_dot_q4_0_q8_0_vnni, vec_dot4_q4_0_q8_0_vnni},
 };
 static const int needs_ext[TD_NTYPES] = {[TD_BF16] = TD_EXT_BF16, [TD_Q8_0] = TD_EXT_VNNI, [TD_Q4_0] = TD_EXT_VNNI};
 
