@@ -246,6 +246,9 @@ def test_bench_table_and_bad_test_spec(capsys, fixed_roofline):
     assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-r", "1"]) == 0
     out = capsys.readouterr().out
     assert "pp8" in out and "tg2" in out and "dd8x1" in out and "%" in out
+    line = next(l for l in out.splitlines() if "weights read at" in l)   # the decode test's weight bandwidth
+    gbs = float(line.split("weights read at ")[1].split()[0])
+    assert line.startswith(f"{MODEL} tg2:") and f"{gbs / 10.0:.0%} of the memory's 10.0 GB/s" in line
     assert main(["bench", "-m", MODEL, "-p", "8", "-d", "8y1"]) == 2
     assert "8y1" in capsys.readouterr().err
 

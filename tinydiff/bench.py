@@ -31,6 +31,7 @@ class Result:
     seconds: list         # wall time of each repetition
     flops: int            # per repetition, from the ledger
     bytes: int            # per repetition, from the ledger
+    weight_bytes: int = 0  # the part of bytes that is weights
     roofline_seconds: float = 0.0
 
     @property
@@ -116,7 +117,8 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
             ledgers.append(led.total())
         t = ledgers[0]
         nbytes = sum(t["bytes"].values())
-        r = Result(name, model.parameter_count(), kernels.get_threads(), spec, tokens, seconds, t["flops"], nbytes)
+        r = Result(name, model.parameter_count(), kernels.get_threads(), spec, tokens, seconds, t["flops"], nbytes,
+                   t["bytes"]["weights"])
         if roofline is not None:
             r.roofline_seconds = predict_seconds(t["flops"], nbytes, roofline)
         results.append(r)
@@ -138,4 +140,16 @@ def type_ratios(results, types):
             first[name, r.test] = rate
         elif (name, r.test) in first:
             rows.append(f"{name} {r.test}: {wtype} {rate / first[name, r.test]:.2f}x the {types[0]} t/s")
+    return "\n".join(rows)
+
+
+def weight_bandwidth(results, roofline):
+    """For each decode test: the weights read per second, against the machine's memory read (a
+    decode step reads every weight once, so this is how close decoding is to the memory roof)."""
+    rows = []
+    for r in results:
+        if r.test.startswith("tg") and roofline is not None and roofline.mem_gbs:
+            gbs = r.weight_bytes / statistics.mean(r.seconds) / 1e9
+            rows.append(f"{r.model} {r.test}: weights read at {gbs:.1f} GB/s, {gbs / roofline.mem_gbs:.0%} of the "
+                        f"memory's {roofline.mem_gbs:.1f} GB/s")
     return "\n".join(rows)

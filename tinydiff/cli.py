@@ -241,7 +241,7 @@ def cmd_infill(args):
 
 
 def cmd_bench(args):
-    from .bench import HEADER, as_json, bench, parse_test, type_ratios
+    from .bench import HEADER, as_json, bench, parse_test, type_ratios, weight_bandwidth
     from .cost_table import stored_as
     from .model import load, set_threads
     from .shapes import SHAPES, random_model
@@ -273,8 +273,10 @@ def cmd_bench(args):
                     print(r.row(), flush=True)
     if args.json:
         print(as_json(results))
-    elif len(types) > 1:
-        print("\n" + type_ratios(results, types))
+        return
+    for lines in (weight_bandwidth(results, roofline), type_ratios(results, types) if len(types) > 1 else ""):
+        if lines:
+            print("\n" + lines)
 
 
 def _weight_types(text, command="cost"):
