@@ -5,8 +5,8 @@
 Each C kernel the forward pass calls is wrapped with a timer that adds up the time spent inside
 it; a decode step's wall time minus that sum is the time spent in Python (wrappers, argument
 checks, ledger tests, the loop over layers). The timers add ~0.1 us a call, counted as Python,
-so the share printed is slightly high. NumPy glue (KV stores, embedding, biases) counts
-as Python here: it is outside our kernels.
+so the share printed is slightly high. NumPy glue (KV stores, biases: only in passes of
+more than one token) counts as Python here: it is outside our kernels.
 """
 import argparse
 import time
@@ -31,7 +31,8 @@ def timed(fn):
 
 
 def wrap_kernels():
-    for name in ("_matmuls", "_rmsnorm", "_rope", "_rope_qk", "_silu_mul", "_attention", "_decode_layer"):
+    for name in ("_matmuls", "_rmsnorm", "_rope", "_rope_qk", "_silu_mul", "_attention", "_decode_layer",
+                 "_rows_to_f32"):
         setattr(kernels, name, timed(getattr(kernels, name)))
 
 

@@ -622,3 +622,20 @@ const struct type_traits *td_type_traits(enum td_type type)
 #endif
     return &traits_c[type];
 }
+
+int td_rows_to_f32(enum td_type type, const void *w, int64_t m, int64_t k, const int64_t *rows, int64_t n, float *y)
+{
+    const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
+    const int64_t row_bytes = tt ? k / tt->blck_size * tt->type_size : 4 * k;
+    for (int64_t i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= m)
+            return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const char *row = (const char *)w + rows[i] * row_bytes;
+        if (tt)
+            tt->to_float(row, y + i * k, k);
+        else
+            memcpy(y + i * k, row, (size_t)row_bytes);
+    }
+    return 0;
+}

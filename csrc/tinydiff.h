@@ -32,6 +32,9 @@ enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_NTYPES };
 int td_matmuls(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
                const int64_t *ms, int accumulate);
 
+/* y[i,:] = row rows[i] of w[m,k] (any weight type) as f32, for i < n: an embedding look-up. Returns 0, or -1 (y untouched) if a row is outside 0..m-1. */
+int td_rows_to_f32(enum td_type type, const void *w, int64_t m, int64_t k, const int64_t *rows, int64_t n, float *y);
+
 /* y[n,d] = x * 1/sqrt(mean(x^2) + eps) * w[d], per row, accumulating in f32 */
 void td_rmsnorm_f32(const float *x, const float *w, float *y, int64_t n, int64_t d, float eps);
 

@@ -199,6 +199,11 @@ def test_embedding_gathers_any_type(name):
     out = np.full((4, 64), np.nan, np.float32)
     assert K.embedding(table, ids, out) is out
     np.testing.assert_array_equal(out, quant.dequantize(table)[ids])
+    for bad in (50, -1):   # never a read outside the table
+        with pytest.raises(ValueError, match="token id is outside 0..49"):
+            K.embedding(table, np.array([1, bad]), np.empty((2, 64), np.float32))
+    with pytest.raises(ValueError, match="do not fit"):
+        K.embedding(table, ids, np.empty((4, 64), np.float64))
 
 
 def test_simd_extensions():

@@ -37,7 +37,7 @@ _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 u
 _shares = np.may_share_memory
 _matmuls, _rmsnorm, _softmax = lib.td_matmuls, lib.td_rmsnorm_f32, lib.td_softmax_f32
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
-_rope_qk, _decode_layer = lib.td_rope_qk_f32, lib.td_decode_layer
+_rope_qk, _decode_layer, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_decode_layer, lib.td_rows_to_f32
 _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK)}  # weight dtype: C type, k per element
 
@@ -359,10 +359,14 @@ def add_bias(x, b, op="matmul"):
 
 def embedding(table, ids, out, op="embedding"):
     """out[n, d] = table[ids], the table of any weight type: only the rows asked for are read."""
-    if table.dtype is _F32:
-        np.take(table, ids, axis=0, out=out)
-    else:
-        out[...] = quant.dequantize(table[ids])
+    kind, per = _TYPES.get(table.dtype, (None, 1))
+    if kind is None or out.shape != (ids.size, table.shape[1] * per) or out.dtype is not _F32:
+        raise ValueError(f"embedding: table {table.shape} {table.dtype}, ids {ids.shape} and out "
+                         f"{out.shape} {out.dtype} do not fit")
+    table = table if table.flags.c_contiguous else np.ascontiguousarray(table)  # weights are: no copy
+    ids = ids if ids.dtype is _I64 and ids.flags.c_contiguous else np.ascontiguousarray(ids, dtype=np.int64)
+    if _rows_to_f32(kind, _buf(table), table.shape[0], out.shape[1], _buf("int64_t[]", ids), ids.size, _p(out)):
+        raise ValueError(f"embedding: a token id is outside 0..{table.shape[0] - 1}")
     if ledger.active():
         ledger.book(op, cost.embedding(*out.shape, quant.bytes_per_weight(table)))
     return out
