@@ -548,6 +548,19 @@ TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_vnni(int64_t k, const void *vw, co
     return s;
 }
 
+/* two Q8_0 blocks of x in nibbles_pair_q4_0's order */
+TD_AVX512_VNNI TD_INLINE __m512i x_pair_q4_0(const block_q8_0 *x)
+{
+    const __m512i qx = load_q8_pair(x);
+    return _mm512_shuffle_i64x2(qx, qx, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* -8 . x of each lane's 4 quants: nibble . x - 8 . x = (nibble - 8) . x */
+TD_AVX512_VNNI TD_INLINE __m512i minus_8x(__m512i xs)
+{
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xs));
+}
+
 /* Q4_0 rows . one x, R rows at once (1 or 4): the x side of each pair of blocks (its quants in
    the nibbles' order, -8 . x for nibble . x - 8 . x = (nibble - 8) . x, its scales) is made once
    for the R rows. Each row's sums run in the same order whatever R is: the same result to the bit. */
@@ -560,22 +573,22 @@ TD_AVX512_VNNI TD_INLINE void dot_rows_q4_0(const int R, int64_t k, const char *
     for (int r = 0; r < R; r++)
         w[r] = (const block_q4_0 *)(vw + r * row_bytes), acc[r] = _mm512_setzero_ps();
     int64_t nb = k / QK4_0, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const int in8 = i % 8;       /* the pair's place in its group of 8 blocks */
-        if (in8 == 0 && i + 8 <= nb) /* the group's scales */
+    for (; i + 8 <= nb; i += 8) {
+        for (int r = 0; r < R; r++)
+            s[r] = scales8(scales8_q4_0(w[r] + i), x + i);
+        for (int j = 0; j < 8; j += 2) {
+            const __m512i xs = x_pair_q4_0(x + i + j), minus8x = minus_8x(xs);
+            const __m512i at = _mm512_add_epi32(lanes, _mm512_set1_epi32(j));
             for (int r = 0; r < R; r++)
-                s[r] = scales8(scales8_q4_0(w[r] + i), x + i);
-        const int grouped = i - in8 + 8 <= nb;
-        const __m512i qx = load_q8_pair(x + i);
-        const __m512i xs = _mm512_shuffle_i64x2(qx, qx, _MM_SHUFFLE(3, 1, 2, 0)); /* in the nibbles' order */
-        const __m512i minus8x = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xs));
-        for (int r = 0; r < R; r++) {
-            const __m512 scale = grouped ? _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(in8)), s[r])
-                                         : scale_pair(w[r][i].d, w[r][i + 1].d, x[i].d, x[i + 1].d, lanes);
-            const __m512i dot = _mm512_dpbusd_epi32(minus8x, nibbles_pair_q4_0(w[r] + i), xs);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus8x, nibbles_pair_q4_0(w[r] + i + j), xs)),
+                                         _mm512_permutexvar_ps(at, s[r]), acc[r]);
         }
+    }
+    for (; i + 2 <= nb; i += 2) {
+        const __m512i xs = x_pair_q4_0(x + i), minus8x = minus_8x(xs);
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus8x, nibbles_pair_q4_0(w[r] + i), xs)),
+                                     scale_pair(w[r][i].d, w[r][i + 1].d, x[i].d, x[i + 1].d, lanes), acc[r]);
     }
     for (int r = 0; r < R; r++) {
         y[r] = _mm512_reduce_add_ps(acc[r]);
