@@ -74,3 +74,11 @@ def test_decode_position_outside_the_cache_is_refused():
     cache, buf = transformer.KVCache(m.config, 4), transformer.Buffers(m.config, 1)
     with pytest.raises(ValueError, match="position 4 is outside the cache's 4 slots"):
         m.forward(np.array([[1]]), cache, buf, 4)
+
+
+def test_a_weight_of_the_wrong_shape_is_refused_before_any_c_reads_it():
+    m = model("llama gqa", "q8_0")
+    lw = m.weights.layers[1]
+    m.weights.layers[1] = dataclasses.replace(lw, down_proj=np.ascontiguousarray(lw.down_proj[:, :-1]))  # a block short
+    with pytest.raises(ValueError, match=r"down_proj is \(64, 64\), the config wants \(64, 96\)"):
+        Model(m.config, m.weights, tokenizer=None)

@@ -285,11 +285,19 @@ class DecodeLayer:
     with the position): the same entries the per-kernel wrappers above book in forward's loop."""
 
     def __init__(self, cfg, lw):
+        d, f, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.q_dim, cfg.kv_dim
+        shapes = dict(q_proj=(qd, d), k_proj=(kvd, d), v_proj=(kvd, d), o_proj=(d, qd), gate_proj=(f, d),
+                      up_proj=(f, d), down_proj=(d, f), input_layernorm=(d,), post_attention_layernorm=(d,),
+                      q_bias=(qd,), k_bias=(kvd,), v_bias=(kvd,), o_bias=(d,))
         mats = {name: _weight(getattr(lw, name)) for name in
                 ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
         vecs = {name: _f32(getattr(lw, name)) for name in ("input_layernorm", "post_attention_layernorm")}
         vecs.update({name: _f32(getattr(lw, name)) for name in ("q_bias", "k_bias", "v_bias", "o_bias")
                      if getattr(lw, name) is not None})
+        got = {**{name: (m[0].shape[0], m[2]) for name, m in mats.items()}, **{n: v.shape for n, v in vecs.items()}}
+        for name, shape in got.items():     # the C layer reads by the config's sizes: they must hold
+            if shape != shapes[name]:
+                raise ValueError(f"decode layer: {name} is {shape}, the config wants {shapes[name]}")
         fields = {name: _p(a) for name, a in vecs.items()}
         for name, (w, kind, _, ptr) in mats.items():
             fields[name], fields[name[:-5] + "_type"] = ptr, kind
