@@ -82,3 +82,12 @@ def test_a_weight_of_the_wrong_shape_is_refused_before_any_c_reads_it():
     m.weights.layers[1] = dataclasses.replace(lw, down_proj=np.ascontiguousarray(lw.down_proj[:, :-1]))  # a block short
     with pytest.raises(ValueError, match=r"down_proj is \(64, 64\), the config wants \(64, 96\)"):
         Model(m.config, m.weights, tokenizer=None)
+
+
+def test_a_cache_or_buffers_of_another_model_are_refused():
+    m, other = model("llama gqa", "f32"), model("qwen2", "f32")     # qwen2 here: 1 kv head, not 2
+    with pytest.raises(ValueError, match="KV cache"):
+        m.forward(np.array([[1]]), transformer.KVCache(other.config, 8), transformer.Buffers(m.config, 1), 0)
+    small = dataclasses.replace(m.config, intermediate_size=32)
+    with pytest.raises(ValueError, match="buffers of another model"):
+        m.forward(np.array([[1]]), transformer.KVCache(m.config, 8), transformer.Buffers(small, 1), 0)

@@ -329,8 +329,14 @@ class DecodeRun:
 
     def __init__(self, cfg, buf, cache, inv_freq):
         L, B, self.ctx, kvd = cache.k.shape                            # [L, 1, ctx, KVH*hd]
-        if B != 1 or cache.v.shape != cache.k.shape:
-            raise ValueError(f"decode: one sequence's KV cache expected, got {cache.k.shape}")
+        if (B, L, kvd) != (1, cfg.num_hidden_layers, cfg.kv_dim) or cache.v.shape != cache.k.shape:
+            raise ValueError(f"decode: a KV cache [{cfg.num_hidden_layers}, 1, ctx, {cfg.kv_dim}] of one sequence "
+                             f"expected, got {cache.k.shape}")
+        rows = {"x": cfg.hidden_size, "h": cfg.hidden_size, "q": cfg.q_dim, "att": cfg.q_dim,
+                "gate": cfg.intermediate_size, "up": cfg.intermediate_size}
+        for name, width in rows.items():
+            if getattr(buf, name).shape[1:] != (width,) or not len(getattr(buf, name)):
+                raise ValueError(f"decode: buffers of another model ({name} {getattr(buf, name).shape})")
         inv_freq = _f32(inv_freq)
         rows = dict(inv_freq=_p(inv_freq), h=_p(buf.h), q=_p(buf.q), att=_p(buf.att), gate=_p(buf.gate),
                     up=_p(buf.up))
