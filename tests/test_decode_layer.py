@@ -19,7 +19,10 @@ BASE = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attenti
             intermediate_size=96, vocab_size=50, max_position_embeddings=64, rms_norm_eps=1e-5)
 CONFIGS = {"llama gqa": BASE,
            "llama attention_bias": {**BASE, "attention_bias": True},   # q/k/v and o biases
-           "qwen2": {**BASE, "model_type": "qwen2", "num_key_value_heads": 1}}
+           "qwen2": {**BASE, "model_type": "qwen2", "num_key_value_heads": 1},
+           # rows of 10 and 17 blocks: the dot products' 8-block groups, leftover pairs and odd block
+           "llama wide": {**BASE, "hidden_size": 320, "num_attention_heads": 5, "num_key_value_heads": 1,
+                          "intermediate_size": 544}}
 
 
 def model(name, weight_type):
@@ -91,3 +94,25 @@ def test_a_cache_or_buffers_of_another_model_are_refused():
     small = dataclasses.replace(m.config, intermediate_size=32)
     with pytest.raises(ValueError, match="buffers of another model"):
         m.forward(np.array([[1]]), transformer.KVCache(m.config, 8), transformer.Buffers(small, 1), 0)
+
+
+def test_weights_that_do_not_fit_the_config_are_refused():
+    m = model("llama gqa", "f32")
+    with pytest.raises(ValueError, match="the weights have 2 layers, the config 1"):
+        Model(dataclasses.replace(m.config, num_hidden_layers=1), m.weights, tokenizer=None)
+    lw = m.weights.layers[0]
+    m.weights.layers[0] = dataclasses.replace(lw, q_proj=lw.q_proj[0].copy())     # 1-D
+    with pytest.raises(ValueError, match=r"q_proj is \(64,\)"):
+        Model(m.config, m.weights, tokenizer=None)
+
+
+@pytest.mark.parametrize("part", ["cache", "buffer"])
+def test_a_cache_or_buffer_c_cannot_write_as_float32_is_refused(part):
+    m = model("llama gqa", "f32")
+    cache, buf = transformer.KVCache(m.config, 8), transformer.Buffers(m.config, 1)
+    if part == "cache":
+        cache.k = cache.k.astype(np.float16)
+    else:
+        buf.gate.flags.writeable = False
+    with pytest.raises(ValueError, match="must be a writable C-contiguous float32 array"):
+        m.forward(np.array([[1]]), cache, buf, 7)

@@ -204,6 +204,12 @@ def test_embedding_gathers_any_type(name):
             K.embedding(table, np.array([1, bad]), np.empty((2, 64), np.float32))
     with pytest.raises(ValueError, match="do not fit"):
         K.embedding(table, ids, np.empty((4, 64), np.float64))
+    with pytest.raises(ValueError, match="token ids must be integers"):
+        K.embedding(table, np.array([1.7]), np.empty((1, 64), np.float32))
+    read_only = np.empty((4, 64), np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="do not fit"):
+        K.embedding(table, ids, read_only)
 
 
 def test_simd_extensions():

@@ -294,7 +294,8 @@ class DecodeLayer:
         vecs = {name: _f32(getattr(lw, name)) for name in ("input_layernorm", "post_attention_layernorm")}
         vecs.update({name: _f32(getattr(lw, name)) for name in ("q_bias", "k_bias", "v_bias", "o_bias")
                      if getattr(lw, name) is not None})
-        got = {**{name: (m[0].shape[0], m[2]) for name, m in mats.items()}, **{n: v.shape for n, v in vecs.items()}}
+        got = {**{name: (m[0].shape[0], m[2]) if m[0].ndim == 2 else m[0].shape for name, m in mats.items()},
+               **{n: v.shape for n, v in vecs.items()}}
         for name, shape in got.items():     # the C layer reads by the config's sizes: they must hold
             if shape != shapes[name]:
                 raise ValueError(f"decode layer: {name} is {shape}, the config wants {shapes[name]}")
@@ -337,6 +338,10 @@ class DecodeRun:
         for name, width in rows.items():
             if getattr(buf, name).shape[1:] != (width,) or not len(getattr(buf, name)):
                 raise ValueError(f"decode: buffers of another model ({name} {getattr(buf, name).shape})")
+        for what, a in [("the KV cache", cache.k), ("the KV cache", cache.v)] + [("buffer " + n, getattr(buf, n))
+                                                                                for n in rows]:
+            if not (a.dtype == _F32 and a.flags.c_contiguous and a.flags.writeable):   # C writes them as float32
+                raise ValueError(f"decode: {what} must be a writable C-contiguous float32 array, got {a.dtype}")
         inv_freq = _f32(inv_freq)
         rows = dict(inv_freq=_p(inv_freq), h=_p(buf.h), q=_p(buf.q), att=_p(buf.att), gate=_p(buf.gate),
                     up=_p(buf.up))
@@ -374,7 +379,10 @@ def add_bias(x, b, op="matmul"):
 def embedding(table, ids, out, op="embedding"):
     """out[n, d] = table[ids], the table of any weight type: only the rows asked for are read."""
     kind, per = _TYPES.get(table.dtype, (None, 1))
-    if kind is None or out.shape != (ids.size, table.shape[1] * per) or out.dtype is not _F32:
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"embedding: token ids must be integers, got {ids.dtype}")
+    if (kind is None or out.shape != (ids.size, table.shape[1] * per) or out.dtype is not _F32
+            or not out.flags.writeable):
         raise ValueError(f"embedding: table {table.shape} {table.dtype}, ids {ids.shape} and out "
                          f"{out.shape} {out.dtype} do not fit")
     table = table if table.flags.c_contiguous else np.ascontiguousarray(table)  # weights are: no copy

@@ -1,7 +1,9 @@
 """The public Model: load a checkpoint, get logits, generate text.
 
 A Model holds only read-only things (config, weights, tokenizer), so several threads may generate
-with one Model at once: each call makes its own KV cache and buffers.
+with one Model at once: each call makes its own KV cache and buffers. The weights are read as they
+are when the Model is made (the C decode layer keeps pointers to them): to change weights, make a
+new Model.
 """
 import os
 
@@ -84,6 +86,9 @@ class Model:
         self.tokenizer = tokenizer
         self.path = path
         self.inv_freq = rope_inv_freq(config)       # [hd/2]
+        if len(weights.layers) != config.num_hidden_layers:
+            raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
+                             f"{config.num_hidden_layers}")
         self.decode_layers = [kernels.DecodeLayer(config, lw) for lw in weights.layers]  # for csrc/layer.c
 
     # -- forward passes ------------------------------------------------------------------
