@@ -8,30 +8,6 @@
 #include <math.h>
 #include "internal.h"
 
-/* ys[j] (+)= x @ ws[j]^T for weights of possibly different types: one td_matmuls per type, so a
-   layer whose weights share one type (the usual case) makes one thread-pool job */
-static int matmuls_any(const float *x, int64_t k, int nw, const void *const *ws, const enum td_type *types,
-                       float **ys, const int64_t *ms, int acc)
-{
-    int done[4] = {0};
-    for (int j = 0; j < nw; j++) {
-        if (done[j])
-            continue;
-        void *w[4];
-        float *y[4];
-        int64_t m[4];
-        int count = 0;
-        for (int i = j; i < nw; i++)
-            if (!done[i] && types[i] == types[j]) {
-                w[count] = (void *)ws[i], y[count] = ys[i], m[count++] = ms[i];
-                done[i] = 1;
-            }
-        if (td_matmuls(types[j], x, 1, k, count, w, y, m, acc))
-            return -1;
-    }
-    return 0;
-}
-
 static void add_bias(float *y, const float *b, int64_t m)
 {
     if (b)
@@ -51,7 +27,7 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     const enum td_type qkv_types[3] = {w->q_type, w->k_type, w->v_type};
     float *qkv_out[3] = {s->q, k, v};
     const int64_t qkv_rows[3] = {qd, kvd, kvd};
-    if (matmuls_any(s->h, d, 3, qkv, qkv_types, qkv_out, qkv_rows, 0))        /* q [H*hd], k v [KVH*hd] */
+    if (td_matmuls(qkv_types, s->h, 1, d, 3, (void **)qkv, qkv_out, qkv_rows, 0)) /* q [H*hd], k v [KVH*hd] */
         return -1;
     add_bias(s->q, w->q_bias, qd);
     add_bias(k, w->k_bias, kvd);
@@ -59,7 +35,7 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     td_rope_qk_f32(s->q, k, &pos, s->inv_freq, 1, s->heads, s->kv_heads, s->hd);
     td_attention_f32(s->q, k_cache, v_cache, s->att, NULL, 1, pos + 1, s->heads, s->kv_heads, s->hd, 1, pos,
                      (float)(1.0 / sqrt((double)s->hd)));                        /* att [H*hd] */
-    if (matmuls_any(s->att, qd, 1, &w->o_proj, &w->o_type, &x, &d, 1))           /* x += [d] */
+    if (td_matmuls(&w->o_type, s->att, 1, qd, 1, (void **)&w->o_proj, &x, &d, 1))   /* x += [d] */
         return -1;
     add_bias(x, w->o_bias, d);
 
@@ -69,8 +45,8 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     const enum td_type gate_up_types[2] = {w->gate_type, w->up_type};
     float *gate_up_out[2] = {s->gate, s->up};
     const int64_t f[2] = {s->f, s->f};
-    if (matmuls_any(s->h, d, 2, gate_up, gate_up_types, gate_up_out, f, 0))      /* gate, up [f] */
+    if (td_matmuls(gate_up_types, s->h, 1, d, 2, (void **)gate_up, gate_up_out, f, 0)) /* gate, up [f] */
         return -1;
     td_silu_mul_f32(s->gate, s->up, s->gate, s->f);                               /* [f] */
-    return matmuls_any(s->gate, s->f, 1, &w->down_proj, &w->down_type, &x, &d, 1); /* x += [d] */
+    return td_matmuls(&w->down_type, s->gate, 1, s->f, 1, (void **)&w->down_proj, &x, &d, 1); /* x += [d] */
 }

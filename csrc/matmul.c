@@ -272,14 +272,10 @@ static int matmul_one(enum td_type type, const float *x, const void *w, float *y
     return r;
 }
 
-int td_matmuls(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
-               const int64_t *ms, int accumulate)
+/* td_matmuls for up to MATMULS_MAX weights of one type */
+static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws,
+                           float **ys, const int64_t *ms, int accumulate)
 {
-    if (nw > MATMULS_MAX) {
-        int r = td_matmuls(type, x, n, k, MATMULS_MAX, ws, ys, ms, accumulate);
-        return r ? r : td_matmuls(type, x, n, k, nw - MATMULS_MAX, ws + MATMULS_MAX, ys + MATMULS_MAX,
-                                  ms + MATMULS_MAX, accumulate);
-    }
     if (n == 0 || k == 0 || n >= GEMM_MIN_ROWS || int8_gemm(type, n)) { /* one after the other */
         for (int64_t j = 0; j < nw; j++)
             if (matmul_one(type, x, ws[j], ys[j], n, k, ms[j], accumulate))
@@ -302,5 +298,30 @@ int td_matmuls(enum td_type type, const float *x, int64_t n, int64_t k, int64_t 
         s.a[j].xc = s.a[0].xc, s.a[j].xc_bytes = s.a[0].xc_bytes;
     td_parallel_run(matmuls_rows, &s, s.first[nw], 2.0 * ROWS_PER_TASK * k * n);
     td_pool_leave();
+    return 0;
+}
+
+int td_matmuls(const enum td_type *types, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
+               const int64_t *ms, int accumulate)
+{
+    for (int64_t j = 0; j < nw; j++) {
+        int64_t i = 0;
+        while (types[i] != types[j]) /* done already, with the first weight of its type? */
+            i++;
+        if (i < j)
+            continue;
+        void *w[MATMULS_MAX];        /* the weights of this type, in order, MATMULS_MAX at a time */
+        float *y[MATMULS_MAX];
+        int64_t m[MATMULS_MAX], count = 0;
+        for (i = j; i < nw; i++) {
+            if (types[i] == types[j])
+                w[count] = ws[i], y[count] = ys[i], m[count++] = ms[i];
+            if (count == MATMULS_MAX || (i == nw - 1 && count)) {
+                if (matmuls_of_type(types[j], x, n, k, count, w, y, m, accumulate))
+                    return -1;
+                count = 0;
+            }
+        }
+    }
     return 0;
 }

@@ -23,13 +23,13 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
 enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_NTYPES };
 
 /* ys[j][n,ms[j]] = x[n,k] @ ws[j][ms[j],k]^T for j < nw: several matmuls of one x (q/k/v, gate/up),
-   the weights all of one type, read in place. x and the ys are float32. Other weight types than f32:
-   x is first converted to the type the dot product wants (quant.h). Few x rows: x is converted once
-   and the output rows of all the weights are shared out to the threads as one job; many: one matmul
-   after the other. accumulate: ys[j] += the products instead (a residual added in the same pass).
-   Returns 0, or -1 if the scratch memory for the converted x could not be had (the ys from the
-   failing weight on are then untouched). */
-int td_matmuls(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
+   weight j of type types[j], read in place. x and the ys are float32. Other weight types than f32:
+   x is first converted to the type the dot product wants (quant.h), once per type. Few x rows: the
+   output rows of all the weights of a type are shared out to the threads as one job; many: one
+   matmul after the other. accumulate: ys[j] += the products instead (a residual added in the same
+   pass). Returns 0, or -1 if the scratch memory for the converted x could not be had (some ys may
+   then be untouched). */
+int td_matmuls(const enum td_type *types, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
                const int64_t *ms, int accumulate);
 
 /* y[i,:] = row rows[i] of w[m,k] (any weight type) as f32, for i < n: an embedding look-up. Returns 0, or -1 (y untouched) if a row is outside 0..m-1. */

@@ -90,6 +90,31 @@ def sampling(rows, vocab):
     return 5 * rows * vocab, {"activations": rows * vocab * F32}
 
 
+def layer(config, n, w_bytes=F32):
+    """[(op, cost)] of one decoder layer over n rows (batch x positions), all but its attention
+    proper (which depends on the keys read): what the kernels of transformer.forward's loop body
+    book. w_bytes: bytes a weight, one number or {matrix name ("q_proj", ...): bytes}, since a GGUF
+    file may mix types. Biases are booked as the config has them."""
+    c = config
+    d, f, H, KVH, hd, qd, kvd = (c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads,
+                                 c.head_dim, c.q_dim, c.kv_dim)
+    wb = w_bytes if isinstance(w_bytes, dict) else dict.fromkeys(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), w_bytes)
+    entries = [("norm", rmsnorm(n, d)), ("norm", rmsnorm(n, d)),
+               ("matmul", matmul(n, d, qd, wb["q_proj"])), ("matmul", matmul(n, d, kvd, wb["k_proj"])),
+               ("matmul", matmul(n, d, kvd, wb["v_proj"])),
+               ("rope", rope(n, H, hd)), ("rope", rope(n, KVH, hd)),
+               ("attention", kv_store(n * kvd)), ("attention", kv_store(n * kvd)),
+               ("matmul", matmul(n, qd, d, wb["o_proj"])), ("residual", add(n * d)),
+               ("mlp", matmul(n, d, f, wb["gate_proj"])), ("mlp", matmul(n, d, f, wb["up_proj"])),
+               ("mlp", silu_mul(n * f)), ("mlp", matmul(n, f, d, wb["down_proj"])), ("residual", add(n * d))]
+    if c.qkv_bias:
+        entries += [("matmul", bias_add(n, qd)), ("matmul", bias_add(n, kvd)), ("matmul", bias_add(n, kvd))]
+    if c.o_bias:
+        entries.append(("matmul", bias_add(n, d)))
+    return entries
+
+
 def forward(config, n_new, n_past, causal, dtype_bytes=F32, n_kv=None, batch=1, all_logits=None):
     """FLOPs and bytes of one forward pass, from the config alone, shaped like one Ledger pass.
 
@@ -116,8 +141,7 @@ def forward(config, n_new, n_past, causal, dtype_bytes=F32, n_kv=None, batch=1, 
     against params*dtype_bytes bytes: about 0.5 FLOP per byte in f32, far below any CPU's balance.
     """
     c = config
-    d, f, V, hd = c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim
-    H, KVH, qd, kvd = c.num_attention_heads, c.num_key_value_heads, c.q_dim, c.kv_dim
+    d, V, H, KVH, hd = c.hidden_size, c.vocab_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
     n = batch * n_new
     t = n_past + n_new if n_kv is None else n_kv
     all_logits = (not causal) if all_logits is None else all_logits
@@ -137,23 +161,9 @@ def forward(config, n_new, n_past, causal, dtype_bytes=F32, n_kv=None, batch=1, 
 
     L = c.num_hidden_layers
     book("embedding", embedding(n, d, wb))
-    book("norm", rmsnorm(n, d), 2 * L)
-    book("matmul", matmul(n, d, qd, wb), L)
-    book("matmul", matmul(n, d, kvd, wb), 2 * L)
-    if c.qkv_bias:
-        book("matmul", bias_add(n, qd), L)
-        book("matmul", bias_add(n, kvd), 2 * L)
-    book("rope", rope(n, H, hd), L)
-    book("rope", rope(n, KVH, hd), L)
-    book("attention", kv_store(n * kvd), 2 * L)
+    for op, cost in layer(c, n, wb):
+        book(op, cost, L)
     book("attention", attention(n_new, H, KVH, hd, t, scores // batch), L * batch)
-    book("matmul", matmul(n, qd, d, wb), L)
-    if c.o_bias:
-        book("matmul", bias_add(n, d), L)
-    book("residual", add(n * d), 2 * L)
-    book("mlp", matmul(n, d, f, wb), 2 * L)
-    book("mlp", silu_mul(n * f), L)
-    book("mlp", matmul(n, f, d, wb), L)
     rows = n if all_logits else batch
     book("norm", rmsnorm(rows, d))
     book("lm_head", matmul(rows, d, V, wb))

@@ -131,12 +131,7 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
         ws[j] = w
         outs[j] = out = _out(outs[j], lead + (m,), "matmul", x, w)
         wp.append(ptr), yp.append(_p(out)), ms.append(m), kinds.append(kind)
-    if kinds.count(kind) != len(kinds):      # mixed weight types: one call per type
-        for kind in set(kinds):
-            js = [j for j in range(len(ws)) if kinds[j] == kind]
-            matmuls(x, [ws[j] for j in js], [outs[j] for j in js], op, residual)
-        return outs
-    if _matmuls(kind, _p(x), n, k, len(ws), wp, yp, ms, residual):
+    if _matmuls(kinds, _p(x), n, k, len(ws), wp, yp, ms, residual):
         raise MemoryError(f"matmul: no memory for x [{n},{k}] in the dot product's type")
     if ledger.active():
         for w, m in zip(ws, ms):
@@ -282,7 +277,7 @@ def _scores(n, t, causal, q_pos0, mask):
 class DecodeLayer:
     """A layer's weights as csrc/layer.c reads them: a struct td_layer of pointers into the arrays
     (kept alive here), made once per model; and what one call books, but for attention (which grows
-    with the position): the same entries the per-kernel wrappers above book in forward's loop."""
+    with the position): cost.layer, what the per-kernel wrappers above book in forward's loop."""
 
     def __init__(self, cfg, lw):
         d, f, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.q_dim, cfg.kv_dim
@@ -304,24 +299,8 @@ class DecodeLayer:
             fields[name], fields[name[:-5] + "_type"] = ptr, kind
         self._arrays = (mats, vecs, fields)                            # the pointers' owners
         self.c = ffi.new("struct td_layer *", fields)
-        self.costs = self._costs(cfg, {name: quant.bytes_per_weight(m[0]) for name, m in mats.items()}, vecs)
+        self.costs = cost.layer(cfg, 1, {name: quant.bytes_per_weight(m[0]) for name, m in mats.items()})
         self.shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-
-    @staticmethod
-    def _costs(cfg, wb, vecs):
-        d, f, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.q_dim, cfg.kv_dim
-        H, KVH, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        entries = [("norm", cost.rmsnorm(1, d)), ("norm", cost.rmsnorm(1, d)),
-                   ("matmul", cost.matmul(1, d, qd, wb["q_proj"])), ("matmul", cost.matmul(1, d, kvd, wb["k_proj"])),
-                   ("matmul", cost.matmul(1, d, kvd, wb["v_proj"])),
-                   ("rope", cost.rope(1, H, hd)), ("rope", cost.rope(1, KVH, hd)),
-                   ("attention", cost.kv_store(kvd)), ("attention", cost.kv_store(kvd)),
-                   ("matmul", cost.matmul(1, qd, d, wb["o_proj"])), ("residual", cost.add(d)),
-                   ("mlp", cost.matmul(1, d, f, wb["gate_proj"])), ("mlp", cost.matmul(1, d, f, wb["up_proj"])),
-                   ("mlp", cost.silu_mul(f)), ("mlp", cost.matmul(1, f, d, wb["down_proj"])), ("residual", cost.add(d))]
-        entries += [("matmul", cost.bias_add(1, vecs[b].size)) for b in ("q_bias", "k_bias", "v_bias", "o_bias")
-                    if b in vecs]
-        return entries
 
 
 class DecodeRun:
@@ -338,8 +317,8 @@ class DecodeRun:
         for name, width in rows.items():
             if getattr(buf, name).shape[1:] != (width,) or not len(getattr(buf, name)):
                 raise ValueError(f"decode: buffers of another model ({name} {getattr(buf, name).shape})")
-        for what, a in [("the KV cache", cache.k), ("the KV cache", cache.v)] + [("buffer " + n, getattr(buf, n))
-                                                                                for n in rows]:
+        for what, a in [("the KV cache", cache.k), ("the KV cache", cache.v), *(("buffer " + n, getattr(buf, n))
+                                                                                for n in rows)]:
             if not (a.dtype == _F32 and a.flags.c_contiguous and a.flags.writeable):   # C writes them as float32
                 raise ValueError(f"decode: {what} must be a writable C-contiguous float32 array, got {a.dtype}")
         inv_freq = _f32(inv_freq)
