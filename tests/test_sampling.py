@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from tinydiff.errors import UsageError
 from tinydiff.generate import _split_at_stop, stream_text
@@ -84,6 +84,7 @@ def test_bad_sampling_parameters_are_usage_errors(kw):
 
 @given(st.text(max_size=30), st.lists(st.text(min_size=1, max_size=4), max_size=3))
 @settings(max_examples=300, deadline=None)
+@example("100", ["0", "100"])    # overlapping stops: the one complete first wins
 def test_stop_strings_cut_exactly_before_the_first_stop(text, stops):
     # feed the text one character at a time, as tokens would arrive
     pieces, pending = [], ""
@@ -94,8 +95,12 @@ def test_stop_strings_cut_exactly_before_the_first_stop(text, stops):
             break
     else:
         pieces.append(_split_at_stop(pending, stops, final=True)[0])
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    assert "".join(pieces) == (text[:min(hits)] if hits else text)
+    # generation halts as soon as a stop string is complete (as llama.cpp's does), so the cut is at
+    # the first stop found in the shortest prefix that holds one: with stops "0" and "100", "100"
+    # never completes, since "10" already holds "0"
+    end = next((e for e in range(len(text) + 1) if any(s in text[:e] for s in stops)), None)
+    expected = text if end is None else text[:min(i for i in (text[:end].find(s) for s in stops) if i >= 0)]
+    assert "".join(pieces) == expected
 
 
 class ByteTokenizer:
