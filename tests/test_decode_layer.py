@@ -1,13 +1,14 @@
 """The one-call decode layer (csrc/layer.c) against forward's loop of kernel calls: bit for bit.
 
-Model.forward takes the C layer for one new token of one sequence (an autoregressive decode step);
-transformer.forward, called directly, always runs the per-kernel loop. Both must give the same
+Transformer.forward takes the C layer for one new token of one sequence (an autoregressive decode
+step); Transformer.layers, called directly, always runs the per-kernel loop. Both must give the same
 logits and leave the same KV cache, on every SIMD path and weight type."""
 import dataclasses
 
 import numpy as np
 import pytest
 
+from tinydiff import kernels as K
 from tinydiff import quant, transformer
 from tinydiff.config import config_from_dict
 from tinydiff.ledger import Ledger
@@ -37,15 +38,16 @@ def model(name, weight_type):
 
 def run(m, ids, prefill, one_call):
     """Logits of each decode step after a prefill, and the cache they leave."""
-    cache, buf = transformer.KVCache(m.config, 32), transformer.Buffers(m.config, prefill)
-    m.forward(ids[:, :prefill], cache, buf, 0)
+    t = m.transformer
+    state = t.state(32, rows=prefill)
+    t.forward(ids[:, :prefill], state, 0)
     logits = []
     for i in range(prefill, ids.shape[1]):
         if one_call:
-            logits.append(m.forward(ids[:, i:i + 1], cache, buf, i))
+            logits.append(t.forward(ids[:, i:i + 1], state, i))
         else:
-            logits.append(transformer.forward(m.config, m.weights, m.inv_freq, ids[:, i:i + 1], cache, buf, i))
-    return np.array(logits), cache
+            logits.append(t.layers(ids[:, i:i + 1], state, i, None, True, False))
+    return np.array(logits), state.cache
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -74,9 +76,8 @@ def test_decode_books_what_forward_books():
 
 def test_decode_position_outside_the_cache_is_refused():
     m = model("llama gqa", "f32")
-    cache, buf = transformer.KVCache(m.config, 4), transformer.Buffers(m.config, 1)
     with pytest.raises(ValueError, match="position 4 is outside the cache's 4 slots"):
-        m.forward(np.array([[1]]), cache, buf, 4)
+        m.transformer.forward(np.array([[1]]), m.transformer.state(4, rows=1), 4)
 
 
 def test_a_weight_of_the_wrong_shape_is_refused_before_any_c_reads_it():
@@ -89,11 +90,14 @@ def test_a_weight_of_the_wrong_shape_is_refused_before_any_c_reads_it():
 
 def test_a_cache_or_buffers_of_another_model_are_refused():
     m, other = model("llama gqa", "f32"), model("qwen2", "f32")     # qwen2 here: 1 kv head, not 2
+    with pytest.raises(ValueError, match="made by another Transformer"):
+        m.transformer.forward(np.array([[1]]), other.transformer.state(8), 0)
+    inv_freq = m.transformer.inv_freq
     with pytest.raises(ValueError, match="KV cache"):
-        m.forward(np.array([[1]]), transformer.KVCache(other.config, 8), transformer.Buffers(m.config, 1), 0)
+        K.DecodeRun(m.config, transformer.Buffers(m.config, 1), transformer.KVCache(other.config, 8), inv_freq)
     small = dataclasses.replace(m.config, intermediate_size=32)
     with pytest.raises(ValueError, match="buffers of another model"):
-        m.forward(np.array([[1]]), transformer.KVCache(m.config, 8), transformer.Buffers(small, 1), 0)
+        K.DecodeRun(m.config, transformer.Buffers(small, 1), transformer.KVCache(m.config, 8), inv_freq)
 
 
 def test_weights_that_do_not_fit_the_config_are_refused():
@@ -115,4 +119,4 @@ def test_a_cache_or_buffer_c_cannot_write_as_float32_is_refused(part):
     else:
         buf.gate.flags.writeable = False
     with pytest.raises(ValueError, match="must be a writable C-contiguous float32 array"):
-        m.forward(np.array([[1]]), cache, buf, 7)
+        K.DecodeRun(m.config, buf, cache, m.transformer.inv_freq)

@@ -41,27 +41,31 @@ def peaked(token, conf):
 
 
 class Fake:
-    """rows(canvas_row [L]) -> probabilities [L, V]; records every canvas_logits call."""
+    """A stand-in Transformer: rows(canvas_row [L]) -> probabilities [L, V]; records every canvas_logits call."""
 
     def __init__(self, rows, n_ctx=64, mask_id=MASK, stop_ids=(EOS,), tokenizer=None):
-        self.config = SimpleNamespace(mask_token_id=mask_id, vocab_size=V, max_position_embeddings=n_ctx)
-        self.rows, self.tokenizer, self.stop_ids, self.calls = rows, tokenizer, set(stop_ids), []
+        self.config = SimpleNamespace(mask_token_id=mask_id, vocab_size=V, max_position_embeddings=n_ctx,
+                                      eos_token_ids=tuple(stop_ids))
+        self.rows, self.tokenizer, self.calls, self.weights = rows, tokenizer, [], None
 
-    def canvas_state(self, batch, length):
-        return None, None
+    def state(self, n_ctx, batch=1, rows=None):
+        return None
 
-    def canvas_logits(self, canvas, cache, buf, start=0, end=None):
+    def canvas_logits(self, canvas, state, start=0, end=None):
         end = canvas.shape[1] if end is None else end
         self.calls.append((start, end, canvas.copy()))
         return np.stack([logits_of(self.rows(row)) for row in canvas])[:, start:end].astype(np.float32)
 
-    def encode_prompt(self, text):
-        return self.tokenizer.encode(text)
+
+def api(transformer):
+    """The public Model around a (stand-in) transformer."""
+    return tinydiff.Model.of(transformer, transformer.tokenizer)
 
 
 class Letters:
     """A tokenizer: 'a' is id 4, 'b' 5, ...; EOS decodes as '$'."""
     special_ids = {EOS, MASK}
+    eos_id = EOS
     prefix_ids = suffix_ids = []
 
     def encode(self, text, add_special_tokens=True):
@@ -100,7 +104,7 @@ def explicit(dists):
 
 def run(model, ids=PROMPT, **opts):
     """(steps, result) of one run."""
-    items = list(D.denoise_steps(model, ids, **opts))
+    items = list(api(model).denoise_steps(ids, **opts))
     assert all(isinstance(s, Step) for s in items[:-1]) and isinstance(items[-1], Denoised)
     return items[:-1], items[-1]
 
@@ -299,17 +303,17 @@ def real_model():
 
 
 class Recorder:
-    """A real model whose canvas passes are recorded: (start, end, canvas, logits)."""
+    """A real model's transformer whose canvas passes are recorded: (start, end, canvas, logits)."""
 
     def __init__(self, model):
-        self.model, self.calls = model, []
-        self.config, self.tokenizer, self.stop_ids = model.config, model.tokenizer, model.stop_ids
+        self.model, self.calls = model.transformer, []
+        self.config, self.tokenizer, self.weights = model.config, model.tokenizer, model.weights
 
-    def canvas_state(self, batch, length):
-        return self.model.canvas_state(batch, length)
+    def state(self, n_ctx, batch=1, rows=None):
+        return self.model.state(n_ctx, batch, rows)
 
-    def canvas_logits(self, canvas, cache, buf, start=0, end=None):
-        out = self.model.canvas_logits(canvas, cache, buf, start, end)
+    def canvas_logits(self, canvas, state, start=0, end=None):
+        out = self.model.canvas_logits(canvas, state, start, end)
         self.calls.append((start, canvas.shape[1] if end is None else end, canvas.copy(), out.copy()))
         return out
 
@@ -333,7 +337,7 @@ def test_cached_first_step_of_every_block_equals_the_uncached_pass(model, cfg_sc
         assert len(firsts) == 2                                        # one per block
         np.testing.assert_array_equal(firsts[0][3], plain.calls[0][3])  # block 0: same canvas, same logits
         for _, _, canvas, logits in firsts:                           # every block: as a fresh full pass
-            fresh = model.canvas_logits(canvas, *model.canvas_state(len(canvas), L))
+            fresh = model.transformer.canvas_logits(canvas, model.transformer.state(L, len(canvas)))
             np.testing.assert_array_equal(logits, fresh)
         later = [c for c in rec.calls if (c[0], c[1]) != (0, L)]
         assert later and all(e - s < L for s, e, _, _ in later)
@@ -366,8 +370,8 @@ def test_eos_keep_runs_everything_and_suppress_never_emits_eos():
 def test_text_ends_before_the_first_eos():
     m = eos_model()
     m.tokenizer = Letters()
-    assert D.denoise(m, "bcd", gen_length=8, block_length=2, steps=8) == "aaa"
-    assert D.denoise(m, "bcd", gen_length=8, block_length=2, steps=8, eos="keep") == "aaa"
+    assert api(m).denoise("bcd", gen_length=8, block_length=2, steps=8) == "aaa"
+    assert api(m).denoise("bcd", gen_length=8, block_length=2, steps=8, eos="keep") == "aaa"
 
 
 # -- degenerate and structural --------------------------------------------------------------------
@@ -403,11 +407,11 @@ def test_only_the_current_block_is_committed_and_the_prompt_never_changes(opts):
 def test_infill_fills_only_the_holes():
     m = Fake(lambda row: np.stack([peaked(7, 0.9)] * len(row)))      # prefers 7 everywhere, given tokens too
     ids = [MASK, 1, MASK, 2, 3, MASK, MASK]
-    items = list(D.denoise_steps(m, ids, fixed=np.array(ids) != MASK, block_length=2, steps=4, cache="dual",
-                                 eos="keep"))
+    items = list(api(m).denoise_steps(ids, fixed=np.array(ids) != MASK, block_length=2, steps=4, cache="dual",
+                                      eos="keep"))
     assert items[-1].ids == [7, 1, 7, 2, 3, 7, 7]
     assert [s.span for s in items[:-1]] == [(0, 7), (0, 3), (0, 7), (5, 7)]   # blocks: holes 2 at a time
-    assert D.infill_ids(m, ids) == [7, 1, 7, 2, 3, 7, 7]
+    assert api(m).infill(ids) == [7, 1, 7, 2, 3, 7, 7]
 
 
 def test_infill_text_keeps_every_given_token(model):
@@ -415,13 +419,13 @@ def test_infill_text_keeps_every_given_token(model):
     text = "The [MASK*3] sat on the [MASK]."
     ids, first, last = D.parse_holes(tok, text, 2, 256)
     assert ids.count(2) == 4
-    filled = D.infill_ids(model, ids)
+    filled = model.infill(ids)
     assert all(f == i for f, i in zip(filled, ids) if i != 2) and 2 not in filled
-    out = D.infill(model, text)
+    out = model.infill(text)
     assert out == tok.decode(filled[first:last])
     assert out.startswith("The") and " sat on the" in out and out.endswith(".")
     assert tok.decode(ids[first:ids.index(2)]) == "The"             # the space before a hole is the hole's
-    assert " sat on the mat" in D.infill(model, "[MASK*2] sat on the mat[MASK]")   # holes at both ends
+    assert " sat on the mat" in model.infill("[MASK*2] sat on the mat[MASK]")   # holes at both ends
 
 
 # -- the live view -----------------------------------------------------------------------------------
@@ -436,7 +440,7 @@ def test_live_view_redraws_in_a_terminal_and_prints_only_text_otherwise():
     m.tokenizer = Letters()
     for stream, live in ((Terminal(), True), (io.StringIO(), False)):
         view = LiveView(m.tokenizer, stream, start=P)
-        text = D.denoise(m, "bcd", gen_length=3, on_step=view.on_step)
+        text = api(m).denoise("bcd", gen_length=3, on_step=view.on_step)
         view.finish(text)
         out = stream.getvalue()
         if live:
@@ -488,7 +492,7 @@ def no_mask_model():
 ])
 def test_bad_options_are_one_line_usage_errors(opts, match):
     with pytest.raises(UsageError, match=match) as e:
-        D.denoise_ids(table([0.9] * 8), PROMPT, **opts)
+        api(table([0.9] * 8)).denoise_ids(PROMPT, **opts)
     assert "\n" not in str(e.value)
 
 
@@ -496,17 +500,17 @@ def test_bad_inputs_are_one_line_usage_errors():
     m = table([0.9] * 4)
     m.tokenizer = Letters()
     cases = [
-        (lambda: D.denoise_ids(m, [], gen_length=4), "the prompt is empty"),
-        (lambda: D.denoise(m, "", gen_length=4), "the prompt is empty"),
-        (lambda: D.denoise_ids(m, [1, MASK, 3], gen_length=4), "contains the mask token"),
-        (lambda: D.denoise_ids(m, [1, 99], gen_length=4), "outside the vocabulary"),
-        (lambda: D.denoise_ids(no_mask_model(), PROMPT, gen_length=4), "has no mask token"),
-        (lambda: D.infill(m, "ab[MASK*0]c"), r"empty hole \[MASK\*0\]"),
-        (lambda: D.infill(m, "ab[MASK*x]c"), "malformed hole"),
-        (lambda: D.infill(m, "abc"), "no hole"),
-        (lambda: D.infill(m, "a[MASK*99]"), "exceed the context"),
-        (lambda: D.infill_ids(m, [1, 2, 3]), "nothing to fill"),
-        (lambda: D.infill_ids(m, [1, MASK, 3], eos="stop"), "eos='stop'"),
+        (lambda: api(m).denoise_ids([], gen_length=4), "the prompt is empty"),
+        (lambda: api(m).denoise("", gen_length=4), "the prompt is empty"),
+        (lambda: api(m).denoise_ids([1, MASK, 3], gen_length=4), "contains the mask token"),
+        (lambda: api(m).denoise_ids([1, 99], gen_length=4), "outside the vocabulary"),
+        (lambda: api(no_mask_model()).denoise_ids(PROMPT, gen_length=4), "has no mask token"),
+        (lambda: api(m).infill("ab[MASK*0]c"), r"empty hole \[MASK\*0\]"),
+        (lambda: api(m).infill("ab[MASK*x]c"), "malformed hole"),
+        (lambda: api(m).infill("abc"), "no hole"),
+        (lambda: api(m).infill("a[MASK*99]"), "exceed the context"),
+        (lambda: api(m).infill([1, 2, 3]), "nothing to fill"),
+        (lambda: api(m).infill([1, MASK, 3], eos="stop"), "eos='stop'"),
     ]
     for call, match in cases:
         with pytest.raises(UsageError, match=match) as e:
@@ -517,5 +521,5 @@ def test_bad_inputs_are_one_line_usage_errors():
 def test_mask_token_found_among_the_tokenizers_special_tokens():
     m = no_mask_model()
     m.tokenizer = Letters()
-    assert D.mask_token_id(m) == MASK
-    assert D.denoise_ids(m, PROMPT, gen_length=1) == [4]
+    assert api(m).mask_id == MASK
+    assert api(m).denoise_ids(PROMPT, gen_length=1) == [4]

@@ -98,10 +98,11 @@ def test_dream_rows_are_shifted_so_row_i_is_the_token_at_position_i(tmp_path):
 def test_canvas_logits_of_a_span_read_the_rest_from_the_cache():
     model = tinydiff.load(os.path.join(HF, "llama-gqa"))
     canvas = np.array([reference("llama-gqa")["input_ids"][0]] * 2)  # [2, 16]
-    cache, buf = model.canvas_state(2, canvas.shape[1])
-    full = model.canvas_logits(canvas, cache, buf)                      # fills every slot
-    span = model.canvas_logits(canvas, cache, buf, start=5, end=9)     # same canvas: same K/V
+    t = model.transformer
+    state = t.state(canvas.shape[1], batch=2)
+    full = t.canvas_logits(canvas, state)                               # fills every slot
+    span = t.canvas_logits(canvas, state, start=5, end=9)              # same canvas: same K/V
     np.testing.assert_allclose(span, full[:, 5:9], rtol=0, atol=1e-5)
     changed = canvas.copy()
     changed[:, 12] = 7                                                  # outside the span, not recomputed
-    np.testing.assert_allclose(model.canvas_logits(changed, cache, buf, 5, 9), span, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(t.canvas_logits(changed, state, 5, 9), span, rtol=0, atol=1e-5)

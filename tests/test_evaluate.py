@@ -162,7 +162,7 @@ def exact_elbo(model, canvas, first):
 def test_stratified_count_estimator_is_unbiased_on_a_three_token_sequence(mdm):
     canvas = np.array([EOT, 100, 200, 300])
     exact, _ = exact_elbo(mdm, canvas, 1)
-    losses = evaluate.masked_losses(mdm, canvas, 1, 3000, MASK, np.random.default_rng(0))
+    losses = evaluate.masked_losses(mdm.transformer, canvas, 1, 3000, MASK, np.random.default_rng(0))
     se = losses.std() / math.sqrt(len(losses))       # iid formula: overstates stratified noise
     assert abs(losses.mean() - exact) < 4 * se
     assert se < 0.02 * exact
@@ -173,16 +173,16 @@ class VisibleCounter:
     loss of a masked position depends strongly on how many are masked, so a wrong weight or a
     non-uniform mask count shows as bias (the random fixture barely notices the masks)."""
 
-    def canvas_state(self, batch, length):
-        return None, None
+    def state(self, n_ctx, batch=1, rows=None):
+        return None
 
-    def canvas_logits(self, x, cache, buf):
+    def canvas_logits(self, x, state):
         logits = np.zeros(x.shape + (4,), np.float32)              # [B, L, 4]
         logits[..., 1] = 2.0 * (x == 1).sum(axis=1)[:, None]
         return logits
 
     def logits(self, ids, causal=False):
-        return self.canvas_logits(np.asarray([ids]), None, None)[0]
+        return self.canvas_logits(np.asarray([ids]), None)[0]
 
 
 def test_estimator_is_unbiased_when_the_loss_depends_on_the_mask_count():
@@ -206,10 +206,10 @@ def test_count_form_has_the_expectation_of_the_trainers_bernoulli_t_bound(mdm):
 
 def test_one_pass_masks_stratified_uniform_counts_of_the_scored_positions_only(mdm, monkeypatch):
     seen = []
-    real = mdm.canvas_logits
-    monkeypatch.setattr(mdm, "canvas_logits", lambda x, *a: seen.append(x.copy()) or real(x, *a))
+    real = mdm.transformer.canvas_logits
+    monkeypatch.setattr(mdm.transformer, "canvas_logits", lambda x, *a: seen.append(x.copy()) or real(x, *a))
     canvas = np.arange(10, 30)
-    evaluate.masked_losses(mdm, canvas, 5, 30, MASK, np.random.default_rng(1))
+    evaluate.masked_losses(mdm.transformer, canvas, 5, 30, MASK, np.random.default_rng(1))
     x = seen[0]                                       # [K, L]: all K = 30 copies in one pass
     assert x.shape == (30, 20)
     assert (x[:, :5] == canvas[:5]).all() and ((x == MASK) | (x == canvas)).all()

@@ -73,24 +73,24 @@ def prepare(model, kind, n, steps, rng):
     if n + (kind == "tg") > cfg.max_position_embeddings:
         raise UsageError(f"bench: {kind}{n} exceeds the model's context of {cfg.max_position_embeddings}")
     ids = rng.integers(0, cfg.vocab_size, size=(1, n + 1))
-    cache, buf = model.canvas_state(1, n + 1)
+    forward, state = model.transformer.forward, model.transformer.state(n + 1)
 
     def pp():
-        model.forward(ids[:, :n], cache, buf, 0, last_only=True)
+        forward(ids[:, :n], state, 0, last_only=True)
         return n
 
     def tg():
         for i in range(1, n + 1):
-            model.forward(ids[:, i:i + 1], cache, buf, i, last_only=True)
+            forward(ids[:, i:i + 1], state, i, last_only=True)
         return n
 
     def dd():
         for _ in range(steps):
-            model.forward(ids[:, :n], cache, buf, 0, causal=False)
+            forward(ids[:, :n], state, 0, causal=False)
         return n
 
     if kind == "tg":
-        model.forward(ids[:, :1], cache, buf, 0, last_only=True)      # the one-token prompt, not timed
+        forward(ids[:, :1], state, 0, last_only=True)                 # the one-token prompt, not timed
     return {"pp": pp, "tg": tg, "dd": dd}[kind]
 
 

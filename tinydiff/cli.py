@@ -36,29 +36,30 @@ def _add_sampling_args(p):
     p.add_argument("-s", "--seed", type=int, default=None, help="random seed (default: fresh each run)")
 
 
-def _add_diffusion_args(p):
+def _add_diffusion_args(p, visual=True):
+    """A flag for each field of diffusion.Options that names one; None is spelled "none" here only."""
+    from dataclasses import fields
+    from .diffusion import Options
     d = p.add_argument_group("masked diffusion")
-    d.add_argument("--steps", type=int, default=None, help="denoising steps (default: one per token)")
-    d.add_argument("--block", type=int, default=None, help="block length, semi-autoregressive (default: one block)")
-    d.add_argument("--remask", default="low_confidence", choices=["low_confidence", "margin", "entropy", "random"],
-                   help="which positions a step commits first (default low_confidence)")
-    d.add_argument("--threshold", type=float, default=None, help="commit every position this confident (Fast-dLLM)")
-    d.add_argument("--factor", type=float, default=None, help="Fast-dLLM's factor rule")
-    d.add_argument("--entropy-bound", type=float, default=None, help="EB-sampler's entropy bound")
-    d.add_argument("--schedule", default="uniform", choices=["uniform", "timestep"], help="tokens per step")
-    d.add_argument("--cfg", type=float, default=0.0, help="classifier-free guidance scale (default 0: off)")
-    d.add_argument("--cache", default="none", choices=["none", "prefix", "dual"], help="KV cache (Fast-dLLM)")
-    d.add_argument("--eos", default=None, choices=["stop", "suppress", "keep"], help="what EOS does")
-    d.add_argument("--visual", action="store_true", help="redraw the canvas in place as it denoises")
+    for f in fields(Options):
+        if "flag" in f.metadata:
+            kw = {k: v for k, v in f.metadata.items() if k != "flag"}
+            if "choices" in kw:
+                kw["choices"] = ["none" if c is None else c for c in kw["choices"]]
+            default = "none" if "choices" in kw and f.default is None else f.default
+            d.add_argument(f.metadata["flag"], dest=f.name, default=None,
+                           help=f"{kw.pop('help')} (default {default})", **kw)
+    if visual:
+        d.add_argument("--visual", action="store_true", help="redraw the canvas in place as it denoises")
 
 
 def diffusion_options(args):
-    options = dict(steps=args.steps, block_length=args.block, remasking=args.remask, threshold=args.threshold,
-                   factor=args.factor, entropy_bound=args.entropy_bound, schedule=args.schedule,
-                   cfg_scale=args.cfg, cache=None if args.cache == "none" else args.cache, seed=args.seed)
-    if args.eos is not None:
-        options["eos"] = args.eos
-    return options
+    """The denoising keywords the flags set: only those given, "none" read as None."""
+    from dataclasses import fields
+    from .diffusion import Options
+    given = {f.name: getattr(args, f.name) for f in fields(Options)
+             if "flag" in f.metadata and getattr(args, f.name) is not None}
+    return {name: None if value == "none" else value for name, value in given.items()}
 
 
 def build_parser():
@@ -112,10 +113,7 @@ def build_parser():
     c.add_argument("-p", "--prompt", default="Once upon a time", help="the prompt (default 'Once upon a time')")
     c.add_argument("-n", "--n-predict", type=int, default=64, help="tokens to generate (default 64)")
     c.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
-    c.add_argument("--steps", type=int, default=None, help="diffusion steps")
-    c.add_argument("--block", type=int, default=None, help="diffusion block length")
-    c.add_argument("--threshold", type=float, default=None, help="Fast-dLLM confidence threshold")
-    c.add_argument("--cache", default="none", choices=["none", "prefix", "dual"], help="diffusion KV cache")
+    _add_diffusion_args(c, visual=False)
     c.add_argument("--type", default=None, metavar="T1,T2,...",
                    help="also run with the matrices stored as these weight types (f32,f16,bf16,q8_0,q4_0), "
                         "quantized in memory: bytes per token fall with the type, a large step's time much less")
@@ -204,15 +202,14 @@ def cmd_generate(args):
 
 
 def run_diffusion(args, model, prompt, infill=False):
-    from . import diffusion
     from .visual import LiveView
     options = diffusion_options(args)
     options["temperature"] = _or(args.temp, 0.0)
+    options["seed"] = args.seed
     if infill:
-        ids, first, last = diffusion.parse_holes(model.tokenizer, prompt, diffusion.mask_token_id(model),
-                                                 model.config.max_position_embeddings)
+        ids, first, last = model.holes(prompt)
         options.setdefault("eos", "suppress")
-        options["fixed"] = np.asarray(ids) != diffusion.mask_token_id(model)
+        options.update(fixed=np.asarray(ids) != model.mask_id)
         start = 0
     else:
         ids = model.encode_prompt(prompt)
@@ -220,7 +217,7 @@ def run_diffusion(args, model, prompt, infill=False):
         start = len(ids)
     view = LiveView(model.tokenizer, sys.stdout, start=start,
                     given=options.get("fixed")) if args.visual else None
-    result = diffusion.denoise_result(model, ids, view.on_step if view else None, **options)
+    result = model.denoise_result(ids, on_step=view.on_step if view else None, **options)
     out = result.canvas[first:last].tolist() if infill else result.ids
     stop = next((i for i, t in enumerate(out) if t in model.stop_ids), len(out))
     text = model.tokenizer.decode(out[:stop])
@@ -321,7 +318,7 @@ def cmd_cost(args):
                                            lambda m=m, ids=ids: m.generate_ids(ids, args.n_predict, temperature=0)))
         m = cost_table.stored_as(dm, wtype)
         ids = m.encode_prompt(args.prompt)
-        for setting in cost_table.diffusion_settings(args.n_predict, args)[:1 if wtype else None]:
+        for setting in cost_table.diffusion_settings(args.n_predict, diffusion_options(args))[:1 if wtype else None]:
             runs.append(cost_table.measure(prefix + cost_table.describe(setting), roofline,
                                            lambda s=setting, m=m, ids=ids: m.denoise_ids(ids, args.n_predict,
                                                                                        eos="keep", **s)))

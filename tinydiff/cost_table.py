@@ -50,11 +50,11 @@ def stored_as(model, weight_type):
     return type(model)(model.config, weights_as(model.weights, weight_type), model.tokenizer)
 
 
-def diffusion_settings(n, args):
-    """The user's one setting, or a spread from one-token-per-step to cached threshold decoding."""
-    if any(v is not None for v in (args.steps, args.block, args.threshold)) or args.cache != "none":
-        return [dict(steps=args.steps, block_length=args.block, threshold=args.threshold,
-                     cache=None if args.cache == "none" else args.cache)]
+def diffusion_settings(n, options):
+    """The user's one setting (denoising keywords), or a spread from one-token-per-step to cached
+    threshold decoding."""
+    if options:
+        return [dict(options)]
     block = 32 if n % 32 == 0 and n > 32 else None
     quarter = max(1, n // 4) if block is None or (n // 4) % (n // block) == 0 else n // block
     settings = [dict(steps=n), dict(steps=quarter)]
@@ -94,13 +94,13 @@ def canvas_points(model, sizes, repetitions=3):
         if L > model.config.max_position_embeddings:
             continue
         canvas = rng.integers(0, model.config.vocab_size, size=(1, L))
-        cache, buf = model.canvas_state(1, L)
-        model.forward(canvas, cache, buf, 0, causal=False)               # warm up
+        state = model.transformer.state(L)
+        model.transformer.forward(canvas, state, 0, causal=False)        # warm up
         best = float("inf")
         for _ in range(repetitions):
             with Ledger() as led:
                 t0 = time.perf_counter()
-                model.forward(canvas, cache, buf, 0, causal=False)
+                model.transformer.forward(canvas, state, 0, causal=False)
                 best = min(best, time.perf_counter() - t0)
         p = led.passes[0]
         points.append((f"diffusion step, canvas {L}", p["flops"], sum(p["bytes"].values()), best))

@@ -61,12 +61,13 @@ block_length holes, left to right.
 """
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 import numpy as np
 
 from . import cost, ledger
+from .sampling import gumbel_max, restrict
 from .errors import UsageError
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
@@ -118,33 +119,46 @@ def _integer(x):
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
+def _option(default, flag, help, **argparse):
+    """A field of Options and the command-line flag that sets it (cli.py builds its flags from these)."""
+    return field(default=default, metadata=dict(flag=flag, help=help, **argparse))
+
+
 @dataclass(frozen=True)
 class Options:
-    """How to choose tokens and positions; each mistake is one UsageError line."""
-    remasking: str = "low_confidence"
+    """Everything a denoising run can be told, declared once: the API takes these names as keywords,
+    the CLI makes a flag of each field that names one. Each mistake is one UsageError line."""
+    steps: Optional[int] = _option(None, "--steps", "denoising steps (default: one per token)", type=int)
+    block_length: Optional[int] = _option(None, "--block", "block length, semi-autoregressive (default: one block)",
+                                          type=int)
+    remasking: str = _option("low_confidence", "--remask", "which positions a step commits first",
+                             choices=REMASKING)
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
-    threshold: Optional[float] = None
-    factor: Optional[float] = None
-    entropy_bound: Optional[float] = None
-    schedule: str = "uniform"
+    threshold: Optional[float] = _option(None, "--threshold", "commit every position this confident (Fast-dLLM)",
+                                         type=float)
+    factor: Optional[float] = _option(None, "--factor", "Fast-dLLM's factor rule", type=float)
+    entropy_bound: Optional[float] = _option(None, "--entropy-bound", "EB-sampler's entropy bound", type=float)
+    schedule: str = _option("uniform", "--schedule", "tokens per step", choices=SCHEDULES)
     eps: float = 1e-3
     alg_temp: Optional[float] = None
-    cfg_scale: float = 0.0
-    cache: Optional[str] = None
-    eos: str = "stop"
+    cfg_scale: float = _option(0.0, "--cfg", "classifier-free guidance scale (0: off)", type=float)
+    cache: Optional[str] = _option(None, "--cache", "KV cache (Fast-dLLM)", choices=CACHES)
+    eos: str = _option("stop", "--eos", "what EOS does (infill: suppress)", choices=EOS_MODES)
     seed: Optional[int] = None
 
     def __post_init__(self):
-        if self.cache == "none":                          # the CLI's spelling of None
-            object.__setattr__(self, "cache", None)
         for name, allowed in (("remasking", REMASKING), ("schedule", SCHEDULES), ("cache", CACHES),
                               ("eos", EOS_MODES)):
             if getattr(self, name) not in allowed:
                 names = ", ".join("None" if a is None else a for a in allowed)
                 raise UsageError(f"{name} must be one of {names}; got {getattr(self, name)!r}")
         checks = [
+            (self.steps is None or _integer(self.steps) and self.steps >= 1,
+             f"steps must be an integer >= 1, got {self.steps!r}"),
+            (self.block_length is None or _integer(self.block_length) and self.block_length >= 1,
+             f"block_length must be an integer >= 1, got {self.block_length!r}"),
             (_number(self.temperature) and self.temperature >= 0,
              f"temperature must be >= 0, got {self.temperature!r}"),
             (_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
@@ -177,6 +191,15 @@ class Options:
             raise UsageError(f"{rules[0]} compares a confidence in [0, 1]; remasking='entropy' scores -entropy "
                              "(use entropy_bound, or remasking='low_confidence' or 'margin')")
 
+    @classmethod
+    def of(cls, **options):
+        """Options from keywords, an unknown name being a UsageError that lists the known ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = [name for name in options if name not in known]
+        if unknown:
+            raise UsageError(f"unknown denoising option {unknown[0]!r}; known: {', '.join(known)}")
+        return cls(**options)
+
     @property
     def adaptive(self):
         return self.threshold is not None or self.factor is not None or self.entropy_bound is not None
@@ -193,12 +216,8 @@ def _plan(holes, steps, block_length, what):
     n = len(holes)
     steps = n if steps is None else steps
     block_length = n if block_length is None else block_length
-    if not _integer(steps) or steps < 1:
-        raise UsageError(f"steps must be an integer >= 1, got {steps!r}")
     if steps > n:
         raise UsageError(f"steps={steps} is more than {what}={n}: at most one step per token")
-    if not _integer(block_length) or block_length < 1:
-        raise UsageError(f"block_length must be an integer >= 1, got {block_length!r}")
     if n % block_length:
         raise UsageError(f"block_length={block_length} does not divide {what}={n}")
     num_blocks = n // block_length
@@ -210,97 +229,70 @@ def _plan(holes, steps, block_length, what):
 
 # -- the mask token and the canvas -------------------------------------------------------------
 
-def mask_token_id(model):
-    """config.json's mask_token_id, else a special token with a usual mask name, else an error."""
-    if model.config.mask_token_id is not None:
-        return model.config.mask_token_id
-    tok = model.tokenizer
-    if tok is not None:
-        for name in MASK_NAMES:
-            i = tok.token_to_id(name)
-            if i is not None and i in getattr(tok, "special_ids", ()):
-                return i
-    where = getattr(model, "path", None) or "the model"
-    raise UsageError(f"{where} has no mask token (no mask_token_id in config.json, no special token "
-                     f"{' '.join(MASK_NAMES)}), so it cannot denoise")
+def mask_token_id(config, tokenizer):
+    """config.json's mask_token_id, else a special token with a usual mask name, else None."""
+    if config.mask_token_id is not None:
+        return config.mask_token_id
+    for name in MASK_NAMES if tokenizer is not None else ():
+        i = tokenizer.token_to_id(name)
+        if i is not None and i in getattr(tokenizer, "special_ids", ()):
+            return i
+    return None
 
 
-def _ids_array(model, ids):
-    if isinstance(ids, str):
-        raise UsageError("expected token ids, got a string (use denoise/infill for text)")
-    ids = np.asarray(list(ids))
-    if ids.size == 0:
-        raise UsageError("the prompt is empty")
-    if ids.ndim != 1 or ids.dtype.kind not in "iu":
-        raise UsageError("token ids must be a flat list of integers")
-    V = model.config.vocab_size
-    bad = ids[(ids < 0) | (ids >= V)]
-    if bad.size:
-        raise UsageError(f"token id {bad[0]} is outside the vocabulary (0..{V - 1})")
-    return ids.astype(np.int64)
-
-
-def _canvas(model, ids, gen_length, fixed, mask_id):
-    """The starting canvas [L], which positions are given [L], where the output starts, the hole count's name."""
-    ids = _ids_array(model, ids)
+def _canvas(ids, gen_length, fixed, mask_id, n_ctx):
+    """The starting canvas [L], which positions are given [L], where the output starts, the hole
+    count's name. ids: int64 [n], checked by the caller."""
     if fixed is None:                                   # denoise: prompt + gen_length masks
         if not _integer(gen_length) or gen_length < 1:
             raise UsageError(f"gen_length must be an integer >= 1, got {gen_length!r}")
         if (ids == mask_id).any():
             raise UsageError(f"the prompt contains the mask token (id {mask_id}) at position "
                              f"{int(np.argmax(ids == mask_id))}; use infill to fill holes in a text")
+        if len(ids) + gen_length > n_ctx:
+            raise UsageError(f"the canvas ({gen_length} to fill + {len(ids)} given = {len(ids) + gen_length} "
+                             f"positions) exceeds the context of {n_ctx} positions")
         canvas = np.concatenate([ids, np.full(gen_length, mask_id, np.int64)])
-        given = np.arange(len(canvas)) < len(ids)
-        start, what = len(ids), "gen_length"
-    else:                                               # infill/edit: every position not fixed is a hole
-        given = np.asarray(fixed, bool)
-        if given.shape != ids.shape:
-            raise UsageError(f"fixed has {given.size} entries for {ids.size} ids")
-        if given.all():
-            raise UsageError("nothing to fill: every position is fixed (mark holes with the mask token)")
-        if (ids[given] == mask_id).any():
-            raise UsageError(f"a fixed position holds the mask token (id {mask_id}); it would stay masked")
-        canvas = np.where(given, ids, mask_id)
-        start, what = 0, "the number of holes"
-    n_ctx = model.config.max_position_embeddings
-    if len(canvas) > n_ctx:
-        raise UsageError(f"the canvas ({(~given).sum()} to fill + {given.sum()} given = {len(canvas)} positions) "
+        return canvas, np.arange(len(canvas)) < len(ids), len(ids), "gen_length"
+    given = np.asarray(fixed, bool)                     # infill/edit: every position not fixed is a hole
+    if given.shape != ids.shape:
+        raise UsageError(f"fixed has {given.size} entries for {ids.size} ids")
+    if given.all():
+        raise UsageError("nothing to fill: every position is fixed (mark holes with the mask token)")
+    if (ids[given] == mask_id).any():
+        raise UsageError(f"a fixed position holds the mask token (id {mask_id}); it would stay masked")
+    if len(ids) > n_ctx:
+        raise UsageError(f"the canvas ({(~given).sum()} to fill + {given.sum()} given = {len(ids)} positions) "
                          f"exceeds the context of {n_ctx} positions")
-    return canvas, given, start, what
+    return np.where(given, ids, mask_id), given, 0, "the number of holes"
 
 
 # -- the run -----------------------------------------------------------------------------------
 
-def denoise_steps(model, ids, gen_length=128, steps=None, block_length=None, remasking="low_confidence",
-                  temperature=0.0, top_k=0, top_p=1.0, threshold=None, factor=None, entropy_bound=None,
-                  schedule="uniform", eps=1e-3, alg_temp=None, cfg_scale=0.0, cache=None, eos="stop",
-                  seed=None, fixed=None):
-    """Denoises prompt `ids` + gen_length masks; yields a Step per forward pass, then a Denoised.
+def denoise_steps(transformer, ids, options, mask_id, stop_ids, gen_length=128, fixed=None):
+    """Denoises prompt `ids` (int64 [n], in the vocabulary) + gen_length masks; yields a Step per
+    forward pass, then a Denoised. options: an Options. stop_ids: the EOS ids.
 
-    steps=None: one token per step (steps = gen_length). block_length=None: one block.
     fixed: for infilling/editing, a bool per id of `ids`, True = keep; every other position is a hole
     (gen_length is then not used). Everything is checked here, before the first pass."""
-    o = Options(remasking=remasking, temperature=temperature, top_k=top_k, top_p=top_p, threshold=threshold,
-                factor=factor, entropy_bound=entropy_bound, schedule=schedule, eps=eps, alg_temp=alg_temp,
-                cfg_scale=cfg_scale, cache=cache, eos=eos, seed=seed)
-    mask_id = mask_token_id(model)
-    canvas, given, start, what = _canvas(model, ids, gen_length, fixed, mask_id)
+    o = options
+    canvas, given, start, what = _canvas(ids, gen_length, fixed, mask_id,
+                                         transformer.config.max_position_embeddings)
     if fixed is not None and o.eos == "stop":
         raise UsageError("eos='stop' ends a continuation; an infill has given text after its holes "
                          "(use eos='suppress' or 'keep')")
-    plan = _plan(np.flatnonzero(~given), steps, block_length, what)
-    return _denoise(model, canvas, given, start, plan, o, mask_id)
+    plan = _plan(np.flatnonzero(~given), o.steps, o.block_length, what)
+    return _denoise(transformer, canvas, given, start, plan, o, mask_id, np.asarray(sorted(stop_ids), np.int64))
 
 
-def _denoise(model, canvas, given, start, plan, o, mask_id):
+def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
     L = len(canvas)
-    stop_ids = np.asarray(sorted(model.stop_ids), np.int64)
     banned = [mask_id] + (stop_ids.tolist() if o.eos == "suppress" else [])
     rng = np.random.default_rng(o.seed)
     x = canvas[None].copy()                                          # [B, L]: row 0 is the canvas
     if o.cfg_scale:                                                  # row 1: nothing given, the unconditional input
         x = np.stack([canvas, np.where(given, mask_id, canvas)])
-    cache, buf = model.canvas_state(len(x), L)
+    state = transformer.state(L, batch=len(x))
     passes, commits, saved, t_run = 0, [], 0, time.perf_counter()
 
     for b, block in enumerate(plan.blocks):
@@ -309,7 +301,7 @@ def _denoise(model, canvas, given, start, plan, o, mask_id):
         for s in range(plan.steps_per_block):
             t_step = time.perf_counter()
             span = _span(o.cache, s, lo, hi, L)
-            logits = model.canvas_logits(x, cache, buf, *span)       # [B, span, V]
+            logits = transformer.canvas_logits(x, state, *span)      # [B, span, V]
             passes += 1
             todo = block[x[0, block] == mask_id]                     # [m] masked positions of the block
             tokens, conf, entropy = _predict(logits[:, todo - span[0]], o, rng, banned)
@@ -385,7 +377,8 @@ def _predict(logits, o, rng, banned):
         if B == 2:
             z = cfg_logits(z, logits[1, rows].astype(np.float64), o.cfg_scale)
         z[:, banned] = -np.inf
-        tok = np.argmax(z, axis=-1) if o.temperature == 0 else _draw(z, o, rng)
+        tok = (np.argmax(z, axis=-1) if o.temperature == 0 else
+               gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature, rng))
         z -= z.max(axis=-1, keepdims=True)                           # softmax at temperature 1, in place
         p = np.exp(z)                                                # [c, V]
         total = p.sum(axis=-1)                                       # [c]
@@ -409,31 +402,6 @@ def _confidence(remasking, p, tok, h, rng):
     return rng.random(len(tok))
 
 
-def _draw(z, o, rng):
-    """One token per row from softmax(z / T) restricted by top-k/top-p: Gumbel-max with float64 noise
-    drawn for every row and token, so every position is sampled independently."""
-    z = _truncate(z, o.top_k, o.top_p)
-    return np.argmax(z / o.temperature + rng.gumbel(size=z.shape), axis=-1)
-
-
-def _truncate(z, top_k, top_p):
-    """z [c, V] with the tokens outside the top-k, then outside the top-p set (the smallest set, most
-    likely first, whose probability at temperature 1 reaches p), set to -inf."""
-    V = z.shape[-1]
-    if 0 < top_k < V:
-        kth = -np.partition(-z, top_k - 1, axis=-1)[:, top_k - 1:top_k]   # [c, 1] k-th largest
-        z = np.where(z >= kth, z, -np.inf)
-    if top_p < 1:
-        order = np.argsort(-z, axis=-1, kind="stable")                 # [c, V] most likely first
-        zs = np.take_along_axis(z, order, axis=-1)
-        p = np.exp(zs - zs[:, :1])
-        p /= p.sum(axis=-1, keepdims=True)
-        drop = np.zeros(z.shape, bool)
-        np.put_along_axis(drop, order, np.cumsum(p, axis=-1) - p >= top_p, axis=-1)
-        z = np.where(drop, -np.inf, z)
-    return z
-
-
 def _choose(o, conf, entropy, count, rng):
     """Indices (into the m candidates) to commit: `count` of them, or as many as the adaptive rule takes."""
     m = len(conf)
@@ -455,54 +423,22 @@ def _choose(o, conf, entropy, count, rng):
 
 # -- the convenient forms ----------------------------------------------------------------------
 
-def denoise_result(model, ids, on_step=None, **opts):
+def run(transformer, ids, options, mask_id, stop_ids, on_step=None, gen_length=128, fixed=None):
     """Runs denoise_steps to the end, calling on_step(step_index, canvas_ids, committed_mask); the Denoised."""
-    for item in denoise_steps(model, ids, **opts):
+    for item in denoise_steps(transformer, ids, options, mask_id, stop_ids, gen_length, fixed):
         if isinstance(item, Denoised):
             return item
         if on_step is not None:
             on_step(item.index, item.canvas, item.committed)
 
 
-def denoise_ids(model, ids, on_step=None, **opts):
-    """The generated ids: up to and including the first EOS with eos="stop", all gen_length otherwise."""
-    return denoise_result(model, ids, on_step, **opts).ids
-
-
-def denoise(model, prompt, on_step=None, **opts):
-    """The generated text, up to the first EOS."""
-    tok = _tokenizer(model)
-    ids = denoise_ids(model, model.encode_prompt(prompt), on_step, **opts)
-    stops = model.stop_ids
-    end = next((i for i, t in enumerate(ids) if t in stops), len(ids))
-    return tok.decode(ids[:end])
-
-
-def infill_ids(model, ids_with_masks, on_step=None, **opts):
-    """The canvas with every mask-id position filled; the other ids stay as they are.
-
-    eos defaults to "suppress" (a hole is filled with text); "stop" is an error."""
-    mask_id = mask_token_id(model)
-    ids = _ids_array(model, ids_with_masks)
-    opts.setdefault("eos", "suppress")
-    return denoise_result(model, ids, on_step, fixed=ids != mask_id, **opts).ids
-
-
-def infill(model, text, on_step=None, **opts):
-    """Fills the holes of `text`: [MASK] is one token, [MASK*N] is N tokens; returns the whole text.
-
-    The text between holes is tokenized piece by piece and never changes, except that one space
-    right before a hole is left to the hole: byte-level BPE spells a word with its leading space
-    (" time"), so "a [MASK]" asks for a word after "a", not for a word after "a ". The tokenizer's
-    mask token written literally in the text is a hole too."""
-    tok = _tokenizer(model)
-    ids, first, last = parse_holes(tok, text, mask_token_id(model), model.config.max_position_embeddings)
-    filled = infill_ids(model, ids, on_step, **opts)
-    return tok.decode(filled[first:last])
-
-
 def parse_holes(tokenizer, text, mask_id, n_ctx):
-    """Text with [MASK]/[MASK*N] holes -> (ids, where the text's ids start, where they end)."""
+    """Text with [MASK]/[MASK*N] holes -> (ids, where the text's ids start, where they end).
+
+    [MASK] is one token, [MASK*N] is N tokens. The text between holes is tokenized piece by piece and
+    never changes, except that one space right before a hole is left to the hole: byte-level BPE
+    spells a word with its leading space (" time"), so "a [MASK]" asks for a word after "a", not for
+    a word after "a ". The tokenizer's mask token written literally in the text is a hole too."""
     if not isinstance(text, str) or not text:
         raise UsageError("the text to infill is empty")
     bad = re.search(r"\[MASK\*(?!\d+\])[^\]]*\]?", text)
@@ -517,16 +453,10 @@ def parse_holes(tokenizer, text, mask_id, n_ctx):
         if len(ids) + n > n_ctx:
             raise UsageError(f"the holes and text exceed the context of {n_ctx} positions")
         before = text[at:hole.start()]
-        before = before[:-1] if before.endswith(" ") and not before.endswith("  ") else before  # docstring
+        before = before[:-1] if before.endswith(" ") and not before.endswith("  ") else before
         ids += tokenizer.encode(before, add_special_tokens=False) + [mask_id] * n
         at = hole.end()
     ids += tokenizer.encode(text[at:], add_special_tokens=False)
     if mask_id not in ids:
         raise UsageError("the text has no hole to fill: mark them with [MASK] or [MASK*N]")
     return ids + suffix, len(prefix), len(ids)
-
-
-def _tokenizer(model):
-    if model.tokenizer is None:
-        raise UsageError("this model has no tokenizer: use denoise_ids/infill_ids with token ids")
-    return model.tokenizer

@@ -73,7 +73,6 @@ import numpy as np
 
 from . import corpus, diffusion
 from .errors import ModelError, UsageError
-from .transformer import Buffers, KVCache
 
 BATCH_POSITIONS = 4096      # positions per batched causal pass: logits stay 4096 x V float32
 PREV_CONTEXT = 64           # tokens of the previous story given before a story's EOT (docstring)
@@ -210,7 +209,7 @@ def causal_rows(model, seqs, ctx=None):
         ids = np.full((len(batch), n), seqs[batch[0][0]].ids[0], np.int64)   # [B, n]; any valid id pads
         for r, (i, a, f, e) in enumerate(batch):
             ids[r, :e - 1 - a] = seqs[i].ids[a:e - 1]
-        logits = model.forward(ids, KVCache(cfg, n, len(batch)), Buffers(cfg, len(batch) * n), 0)
+        logits = model.transformer.forward(ids, model.transformer.state(n, len(batch)), 0)
         logits = logits.reshape(len(batch), n, -1)                # [B, n, V]; row p predicts p + 1
         for r, (i, a, f, e) in enumerate(batch):
             yield i, seqs[i].ids[f:e], logits[r, f - 1 - a:e - 1 - a]
@@ -275,14 +274,13 @@ def ar_likelihood(model, stories, limit=None):
 # Masked diffusion: the ELBO
 
 def mask_token(model):
-    try:
-        return diffusion.mask_token_id(model)
-    except UsageError:
+    if model.mask_id is None:
         raise ModelError(f"{model.path or 'the model'}: neither causal nor with a mask token, so it cannot "
-                         "be scored") from None
+                         "be scored")
+    return model.mask_id
 
 
-def masked_losses(model, canvas, first, k, mask_id, rng):
+def masked_losses(transformer, canvas, first, k, mask_id, rng):
     """[K] float64: K draws of the ELBO of canvas[first:] given canvas[:first], one batched pass.
 
     Copy j masks exactly l_j = ceil(t_j m) of the m scored positions, t_j = (j + u)/K, and weighs
@@ -293,7 +291,7 @@ def masked_losses(model, canvas, first, k, mask_id, rng):
     masked = rng.random((k, m)).argsort(axis=1) < counts[:, None]    # [K, m]: a uniform l_j-subset per row
     x = np.tile(canvas, (k, 1))                                      # [K, L]
     x[:, first:][masked] = mask_id
-    logits = model.canvas_logits(x, *model.canvas_state(k, L))       # [K, L, V]
+    logits = transformer.canvas_logits(x, transformer.state(L, k))   # [K, L, V]
     rows, cols = np.nonzero(masked)                                  # [M] each: copy, scored position
     nll = token_nll(logits[rows, first + cols], canvas[first + cols])
     return np.bincount(rows, weights=nll, minlength=k) * m / counts
@@ -309,7 +307,7 @@ def mdm_likelihood(model, stories, k=8, seed=0, limit=None):
     nats, var = np.zeros(len(seqs)), np.zeros(len(seqs))
     for i, s in enumerate(seqs):
         for a, f, e in windows(len(s.ids), s.first, ctx):
-            losses = masked_losses(model, s.ids[a:e], f - a, k, mask_id, rng)
+            losses = masked_losses(model.transformer, s.ids[a:e], f - a, k, mask_id, rng)
             nats[i] += losses.mean()
             var[i] += losses.var(ddof=1) / k if k > 1 else np.nan
     tokens = np.array([len(s.ids) - s.first for s in seqs])
@@ -441,7 +439,7 @@ def draw_samples(model, n, gen_length, seed, **options):
     samples, passes = [], 0
     for i in range(n):
         prompt = model.tokenizer.encode(OPENINGS[i % len(OPENINGS)], add_special_tokens=False)
-        result = diffusion.denoise_result(model, prompt, gen_length=gen_length, seed=seed + i, **options)
+        result = model.denoise_result(prompt, gen_length, seed=seed + i, **options)
         samples.append(Seq(np.array(prompt + list(result.ids), np.int64), len(prompt)))
         passes += result.passes
     return samples, passes / n

@@ -8,8 +8,9 @@ could still be the start of a stop string.
 import codecs
 import time
 
+import numpy as np
+
 from .errors import UsageError
-from .transformer import Buffers, KVCache
 from .sampling import Sampler
 
 
@@ -50,17 +51,16 @@ def fit_context(ids, max_new_tokens, n_ctx, truncate):
     return list(ids[len(ids) + max_new_tokens - n_ctx:])
 
 
-def decode_tokens(model, ids, max_new_tokens, params, stop_ids, timings=None):
-    """Yields new token ids one by one; the last one is a stop id if generation hit one."""
-    cfg = model.config
+def decode_tokens(transformer, ids, max_new_tokens, params, stop_ids, timings=None):
+    """Yields new token ids one by one; the last one is a stop id if generation hit one.
+    ids: the prompt, in the vocabulary and fitting the context with max_new_tokens (fit_context)."""
     timings = timings or Timings()
     sampler = Sampler(params)
-    cache = KVCache(cfg, len(ids) + max_new_tokens)
-    buf = Buffers(cfg, len(ids))
+    state = transformer.state(len(ids) + max_new_tokens, rows=len(ids))
     history = list(ids)
 
     t0 = time.perf_counter()
-    logits = model.forward([ids], cache, buf, 0, last_only=True)      # [1, V] prefill, one pass
+    logits = transformer.forward(np.asarray([ids]), state, 0, last_only=True)  # [1, V] prefill, one pass
     timings.prompt_tokens, timings.prompt_s = len(ids), time.perf_counter() - t0
     for i in range(max_new_tokens):
         token = sampler(logits[-1], history)
@@ -71,7 +71,7 @@ def decode_tokens(model, ids, max_new_tokens, params, stop_ids, timings=None):
         if token in stop_ids or i == max_new_tokens - 1:
             return
         t0 = time.perf_counter()
-        logits = model.forward([[token]], cache, buf, len(history) - 1, last_only=True)  # [1, V] one decode pass
+        logits = transformer.forward(np.array([[token]]), state, len(history) - 1, last_only=True)  # [1, V] one decode pass
         timings.gen_tokens += 1
         timings.gen_s += time.perf_counter() - t0
 

@@ -1,15 +1,19 @@
-"""The public Model: load a checkpoint, get logits, generate text.
+"""The public API: load a checkpoint, get logits, generate text, denoise, infill.
+
+A Model is loading (a Hugging Face folder or a GGUF file into a Transformer and a Tokenizer) plus
+the calls an application makes. Every argument a caller gives is checked here, once, before the
+decoders below (generate.py, diffusion.py) run on the Transformer: they trust what they get.
 
 A Model holds only read-only things (config, weights, tokenizer), so several threads may generate
-with one Model at once: each call makes its own KV cache and buffers. The weights are read as they
-are when the Model is made (the C decode layer keeps pointers to them): to change weights, make a
-new Model.
+with one Model at once: each call makes its own run State. The weights are read as they are when
+the Model is made (the C decode layer keeps pointers to them): to change weights, make a new Model.
 """
 import os
 
 import numpy as np
 
 from . import diffusion, kernels, quant
+from .diffusion import Options
 from .config import load_config
 from .errors import ModelError, UsageError
 from .generate import decode_tokens, fit_context, stream_text
@@ -17,7 +21,7 @@ from .gguf import load_gguf
 from .safetensors import load_checkpoint
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
-from .transformer import Buffers, KVCache, decode, forward, rope_inv_freq
+from .transformer import Transformer
 from .weights import load_weights
 
 
@@ -80,27 +84,65 @@ def stored_bytes(ckpt):
 
 class Model:
     def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None):
-        self.config = config
+        self._attach(Transformer(config, weights), tokenizer, path, stored_bytes)
+
+    @classmethod
+    def of(cls, transformer, tokenizer=None, path=None):
+        """A Model around a Transformer already built (or a stand-in with its config, state,
+        forward and canvas_logits: the tests drive the decoders through the API this way)."""
+        model = cls.__new__(cls)
+        model._attach(transformer, tokenizer, path, None)
+        return model
+
+    def _attach(self, transformer, tokenizer, path, stored_bytes):
+        config = transformer.config
+        self.transformer, self.config, self.tokenizer, self.path = transformer, config, tokenizer, path
+        self.weights = getattr(transformer, "weights", None)
         self.stored_bytes = stored_bytes or {}     # {"F32": bytes, "Q8_0": ...} as in the checkpoint
-        self.weights = weights
-        self.tokenizer = tokenizer
-        self.path = path
-        self.inv_freq = rope_inv_freq(config)       # [hd/2]
-        if len(weights.layers) != config.num_hidden_layers:
-            raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
-                             f"{config.num_hidden_layers}")
-        self.decode_layers = [kernels.DecodeLayer(config, lw) for lw in weights.layers]  # for csrc/layer.c
+        eos = None if tokenizer is None else tokenizer.eos_id
+        self.stop_ids = frozenset(config.eos_token_ids) | ({eos} if eos is not None else set())  # EOS ids
+        self.mask_id = diffusion.mask_token_id(config, tokenizer)   # None: this model cannot denoise
 
-    # -- forward passes ------------------------------------------------------------------
+    # -- the checks: what a caller gives, checked once --------------------------------------
 
-    def forward(self, ids, cache, buf, start, kv_len=None, causal=True, last_only=False):
-        """ids [B, n]: see transformer.forward."""
-        ids = np.asarray(ids, dtype=np.int64)
-        self._check_ids(ids)
-        if ids.shape == (1, 1) and causal and kv_len in (None, start + 1) and cache.k.shape[1] == 1:
-            return decode(self.config, self.weights, self.decode_layers, self.inv_freq, ids[0], cache, buf, start)
-        return forward(self.config, self.weights, self.inv_freq, ids, cache, buf, start, kv_len,
-                       causal, last_only)
+    def _ids(self, ids):
+        """ids as int64 [n]: a non-empty flat sequence of token ids in the vocabulary."""
+        if isinstance(ids, (str, bytes)):
+            raise UsageError("expected token ids, got a string (use the text form of this call)")
+        ids = np.asarray(list(ids))
+        if ids.size == 0:
+            raise UsageError("the prompt is empty")
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise UsageError("token ids must be a flat list of integers")
+        V = self.config.vocab_size
+        bad = ids[(ids < 0) | (ids >= V)]
+        if bad.size:
+            raise UsageError(f"token id {bad[0]} is outside the vocabulary (0..{V - 1})")
+        return ids.astype(np.int64)
+
+    def encode_prompt(self, prompt):
+        """The prompt's ids (the tokenizer's BOS and the like included)."""
+        if not isinstance(prompt, str) or not prompt:
+            raise UsageError("the prompt is empty")
+        return self._tokenizer().encode(prompt)
+
+    def _tokenizer(self):
+        if self.tokenizer is None:
+            raise UsageError("this model has no tokenizer: give token ids")
+        return self.tokenizer
+
+    def _mask(self):
+        if self.mask_id is None:
+            raise UsageError(f"{self.path or 'the model'} has no mask token (no mask_token_id in config.json, "
+                             f"no special token {' '.join(diffusion.MASK_NAMES)}), so it cannot denoise")
+        return self.mask_id
+
+    def _text(self, ids):
+        """The text of generated ids, up to the first EOS."""
+        end = next((i for i, t in enumerate(ids) if t in self.stop_ids), len(ids))
+        return self._tokenizer().decode(ids[:end])
+
+    # -- logits --------------------------------------------------------------------------------
 
     def logits(self, ids, causal=True):
         """One full forward pass over ids, no cache kept: logits [len(ids), V] float32.
@@ -108,58 +150,16 @@ class Model:
         causal=True: row i predicts the token after position i. causal=False (masked diffusion):
         row i is the distribution of the token at position i, for every model (Dream's shift is
         applied here)."""
-        ids = list(ids)
-        if not ids:
-            raise UsageError("logits: ids is empty")
+        ids = self._ids(ids)
         if len(ids) > self.config.max_position_embeddings:
             raise UsageError(f"logits: {len(ids)} ids exceed the context of "
                              f"{self.config.max_position_embeddings} positions")
+        state = self.transformer.state(len(ids))
         if not causal:
-            cache, buf = self.canvas_state(1, len(ids))
-            return self.canvas_logits(np.asarray([ids]), cache, buf)[0]
-        return self.forward([ids], KVCache(self.config, len(ids)), Buffers(self.config, len(ids)), 0)
-
-    def canvas_state(self, batch, length):
-        """The KV cache and buffers for denoising `batch` canvases of `length` positions."""
-        return KVCache(self.config, length, batch), Buffers(self.config, batch * length)
-
-    def canvas_logits(self, canvas, cache, buf, start=0, end=None):
-        """Bidirectional logits [B, end-start, V] for canvas positions start..end-1.
-
-        Recomputes canvas[:, start:end] (their K/V overwrite those cache slots) attending over all
-        canvas positions; the slots outside [start, end) are read from the cache as they were left
-        by an earlier pass. start=0, end=None is a full, uncached pass. Row i is the distribution of
-        the token at position start+i: for a model that predicts position i from row i-1 (Dream),
-        one more position is recomputed on the left and the rows shifted."""
-        B, L = canvas.shape
-        end = L if end is None else end
-        first = start - 1 if self.config.shifted_logits and start > 0 else start
-        n = end - first
-        logits = self.forward(canvas[:, first:end], cache, buf, first, kv_len=L, causal=False)
-        logits = logits.reshape(B, n, -1)                               # [B, n, V]
-        if self.config.shifted_logits:                                  # row i <- row i-1; row 0 keeps its own
-            logits = logits[:, :-1] if first < start else np.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
-        return logits
-
-    def _check_ids(self, ids):
-        bad = ids[(ids < 0) | (ids >= self.config.vocab_size)]
-        if bad.size:
-            raise UsageError(f"token id {bad[0]} is outside the vocabulary (0..{self.config.vocab_size - 1})")
+            return self.transformer.canvas_logits(ids[None], state)[0]
+        return self.transformer.forward(ids[None], state, 0)
 
     # -- autoregressive generation -----------------------------------------------------------
-
-    @property
-    def stop_ids(self):
-        """EOS ids from config.json and tokenizer.json."""
-        ids = set(self.config.eos_token_ids)
-        if self.tokenizer is not None and self.tokenizer.eos_id is not None:
-            ids.add(self.tokenizer.eos_id)
-        return ids
-
-    def encode_prompt(self, prompt):
-        if not isinstance(prompt, str) or not prompt:
-            raise UsageError("the prompt is empty")
-        return self.tokenizer.encode(prompt)
 
     def generate_tokens(self, ids, max_new_tokens=128, temperature=0.8, top_k=40, top_p=0.95,
                         min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=None,
@@ -169,9 +169,8 @@ class Model:
             raise UsageError("this is a masked-diffusion model (bidirectional attention): "
                              "generate with denoise() or --mode diffusion")
         params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
-        ids = fit_context(list(ids), max_new_tokens, self.config.max_position_embeddings, truncate)
-        self._check_ids(np.asarray(ids, dtype=np.int64))
-        return decode_tokens(self, ids, max_new_tokens, params, self.stop_ids, timings)
+        ids = fit_context(self._ids(ids).tolist(), max_new_tokens, self.config.max_position_embeddings, truncate)
+        return decode_tokens(self.transformer, ids, max_new_tokens, params, self.stop_ids, timings)
 
     def generate_ids(self, ids, max_new_tokens=128, **sampling):
         """The new ids only (ending with EOS if the model produced it, as transformers does)."""
@@ -188,25 +187,49 @@ class Model:
 
     # -- masked diffusion (tinydiff/diffusion.py has the options and what they mean) ---------------
 
-    def denoise(self, prompt, gen_length=128, *, on_step=None, **options):
-        """The generated text: the prompt followed by gen_length masks, denoised step by step."""
-        return diffusion.denoise(self, prompt, on_step, gen_length=gen_length, **options)
+    def denoise_steps(self, ids, gen_length=128, fixed=None, **options):
+        """Yields a diffusion.Step per forward pass, then the diffusion.Denoised. ids: the prompt, or
+        with fixed (a bool per id, True = keep) a canvas whose other positions are holes."""
+        mask_id, options = self._mask(), Options.of(**options)
+        return diffusion.denoise_steps(self.transformer, self._ids(ids), options, mask_id, self.stop_ids,
+                                       gen_length, fixed)
+
+    def denoise_result(self, ids, gen_length=128, *, on_step=None, fixed=None, **options):
+        """The diffusion.Denoised of a run, calling on_step(step, canvas_ids, committed_mask) after each step."""
+        for item in self.denoise_steps(ids, gen_length, fixed, **options):
+            if isinstance(item, diffusion.Denoised):
+                return item
+            if on_step is not None:
+                on_step(item.index, item.canvas, item.committed)
 
     def denoise_ids(self, ids, gen_length=128, *, on_step=None, **options):
         """The generated ids (up to and including the first EOS with eos="stop")."""
-        return diffusion.denoise_ids(self, ids, on_step, gen_length=gen_length, **options)
+        return self.denoise_result(ids, gen_length, on_step=on_step, **options).ids
+
+    def denoise(self, prompt, gen_length=128, *, on_step=None, **options):
+        """The generated text: the prompt followed by gen_length masks, denoised step by step."""
+        return self._text(self.denoise_ids(self.encode_prompt(prompt), gen_length, on_step=on_step, **options))
 
     def denoise_stream(self, prompt, gen_length=128, **options):
         """Yields (step, canvas_ids, committed_mask) after every denoising step."""
-        for item in diffusion.denoise_steps(self, self.encode_prompt(prompt), gen_length, **options):
+        for item in self.denoise_steps(self.encode_prompt(prompt), gen_length, **options):
             if isinstance(item, diffusion.Step):
                 yield item.index, item.canvas, item.committed
 
+    def holes(self, text):
+        """Text with [MASK] / [MASK*N] holes -> (ids, where the text's ids start, where they end)."""
+        return diffusion.parse_holes(self._tokenizer(), text, self._mask(), self.config.max_position_embeddings)
+
     def infill(self, text, *, on_step=None, **options):
-        """Fills the [MASK] / [MASK*N] holes of text; every given token stays as it is."""
-        if isinstance(text, str):
-            return diffusion.infill(self, text, on_step, **options)
-        return diffusion.infill_ids(self, text, on_step, **options)
+        """Fills the [MASK] / [MASK*N] holes of text (or the mask ids of a list of ids); every given
+        token stays as it is. Returns the whole text (or ids). eos defaults to "suppress"."""
+        options.setdefault("eos", "suppress")
+        if not isinstance(text, str):
+            ids = self._ids(text)
+            return self.denoise_result(ids, on_step=on_step, fixed=ids != self._mask(), **options).ids
+        ids, first, last = self.holes(text)
+        filled = self.denoise_result(ids, on_step=on_step, fixed=np.asarray(ids) != self.mask_id, **options).ids
+        return self._tokenizer().decode(filled[first:last])
 
     # -- what it is -------------------------------------------------------------------------
 

@@ -1,8 +1,14 @@
-"""Picks the next token from a row of logits.
+"""Token choice, for both decoders: from rows of logits to token ids.
 
 The chain, in llama.cpp's order: repetition penalty -> top-k -> top-p -> min-p -> temperature ->
-draw. Temperature 0 is greedy: argmax after the penalty, no randomness at all. Defaults are
-llama.cpp's (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty).
+draw. Temperature 0 is greedy: argmax after the penalty, no randomness at all. A draw is Gumbel-max,
+argmax(z / T + g) with g ~ Gumbel(0, 1) drawn in float64 for every row and candidate token, which
+is a draw from softmax(z / T) (LLaDA notes that low-precision Gumbel noise hurts quality). Top-p
+and min-p compare probabilities at temperature 1, as llama.cpp and transformers do.
+
+Autoregressive decoding (generate.py) samples one row at a time through a Sampler, whose defaults
+are llama.cpp's (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty); masked
+diffusion (diffusion.py) calls restrict() and gumbel_max() on many rows at once.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -38,6 +44,8 @@ class SamplingParams:
 
 
 class Sampler:
+    """Picks the next token of one sequence, with its own random stream."""
+
     def __init__(self, params):
         self.p = params
         self.rng = np.random.default_rng(params.seed)
@@ -45,35 +53,72 @@ class Sampler:
     def __call__(self, logits, history):
         """logits [V] of the next position; history: token ids so far (prompt included)."""
         ledger.book_sampling(cost.sampling(1, len(logits)))
-        logits = self.penalize(logits, history)
+        logits = penalize(logits, history, self.p.repeat_penalty, self.p.repeat_last_n)
         if self.p.temperature == 0:
             return int(np.argmax(logits))
-        ids, probs = self.truncate(logits)
-        return int(ids[self.draw(probs)])
+        ids, z = candidates(logits.astype(np.float64)[None], self.p.top_k, self.p.top_p, self.p.min_p)
+        keep = np.isfinite(z[0])
+        return int(ids[0, keep][gumbel_max(z[:1, keep], self.p.temperature, self.rng)[0]])
 
-    def penalize(self, logits, history):
-        """Divides positive logits by the penalty and multiplies negative ones, as HF and llama.cpp do."""
-        recent = history[-self.p.repeat_last_n:] if self.p.repeat_last_n else []
-        if self.p.repeat_penalty == 1.0 or not recent:
-            return logits
-        logits = logits.copy()
-        seen = np.unique(np.asarray(recent, dtype=np.int64))
-        vals = logits[seen]
-        logits[seen] = np.where(vals > 0, vals / self.p.repeat_penalty, vals * self.p.repeat_penalty)
+
+def penalize(logits, history, penalty, last_n):
+    """Divides the positive logits of the last `last_n` tokens of history by the penalty and
+    multiplies the negative ones, as HF and llama.cpp do. A new row; the caller's is untouched."""
+    recent = history[-last_n:] if last_n else []
+    if penalty == 1.0 or not recent:
         return logits
+    logits = logits.copy()
+    seen = np.unique(np.asarray(recent, dtype=np.int64))
+    vals = logits[seen]
+    logits[seen] = np.where(vals > 0, vals / penalty, vals * penalty)
+    return logits
 
-    def truncate(self, logits):
-        """The surviving token ids, most likely first, and their probabilities at the temperature."""
-        k = self.p.top_k if 0 < self.p.top_k < len(logits) else len(logits)
-        ids = np.argpartition(-logits, k - 1)[:k] if k < len(logits) else np.arange(len(logits))
-        ids = ids[np.argsort(-logits[ids], kind="stable")]              # [k] best first
-        z = logits[ids].astype(np.float64)
-        p = np.exp(z - z[0]); p /= p.sum()                               # at temperature 1
-        keep = int(np.searchsorted(np.cumsum(p), self.p.top_p) + 1)     # top-p: smallest prefix >= p
-        keep = min(keep, int(np.sum(p >= self.p.min_p * p[0])))         # min-p relative to the best
-        ids, z = ids[:max(keep, 1)], z[:max(keep, 1)]
-        p = np.exp((z - z[0]) / self.p.temperature)
-        return ids, p / p.sum()
 
-    def draw(self, probs):
-        return min(int(np.searchsorted(np.cumsum(probs), self.rng.random(), side="right")), len(probs) - 1)
+def candidates(z, top_k=0, top_p=1.0, min_p=0.0):
+    """The tokens each row of z [c, V] (float64 logits) may still draw: (ids [c, k], z [c, k]), most
+    likely first, with -inf where top-p or min-p drops a token. k = top_k (0 = all V)."""
+    c, V = z.shape
+    if 0 < top_k < V:
+        ids = np.argpartition(-z, top_k - 1, axis=-1)[:, :top_k]       # [c, k] the k best, unordered
+    else:
+        ids = np.broadcast_to(np.arange(V), (c, V))
+    zk = np.take_along_axis(z, ids, axis=-1)
+    order = np.argsort(-zk, axis=-1, kind="stable")                   # [c, k] most likely first
+    ids, zk = np.take_along_axis(ids, order, axis=-1), np.take_along_axis(zk, order, axis=-1)
+    if top_p < 1 or min_p > 0:
+        p = np.exp(zk - zk[:, :1])
+        p /= p.sum(axis=-1, keepdims=True)                              # at temperature 1
+        before = np.cumsum(p, axis=-1) - p                              # probability of the better ones
+        keep = (before < top_p) & (p >= min_p * p[:, :1])               # the best always stays
+        zk = np.where(keep, zk, -np.inf)
+    return ids, zk
+
+
+def restrict(z, top_k=0, top_p=1.0, min_p=0.0):
+    """z [c, V] with every token outside candidates() set to -inf."""
+    if not (0 < top_k < z.shape[-1] or top_p < 1 or min_p > 0):
+        return z
+    ids, zk = candidates(z, top_k, top_p, min_p)
+    out = np.full(z.shape, -np.inf)
+    np.put_along_axis(out, ids, zk, axis=-1)
+    return out
+
+
+def gumbel_max(z, temperature, rng):
+    """One index per row of z [c, m] drawn from softmax(z / temperature): Gumbel-max with float64
+    noise for every row and entry, so rows are drawn independently."""
+    return np.argmax(z / temperature + rng.gumbel(size=z.shape), axis=-1)
+
+
+def distribution(logits, params):
+    """The probability [V] the Sampler draws each token with (0 for the tokens it drops), at the
+    temperature (temperature 0: all on the argmax). For tests and inspection."""
+    z = np.asarray(logits, np.float64)
+    probs = np.zeros(z.shape)
+    if params.temperature == 0:
+        probs[np.argmax(z)] = 1.0
+        return probs
+    ids, zk = candidates(z[None], params.top_k, params.top_p, params.min_p)
+    e = np.exp((zk[0] - zk[0, 0]) / params.temperature)
+    probs[ids[0]] = e / e.sum()
+    return probs

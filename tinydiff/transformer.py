@@ -1,8 +1,16 @@
 """The transformer: one forward pass you can read top to bottom.
 
-Three plain structures, as in llama2.c: the Config (config.py), the Weights (weights.py, views of
-the memory-mapped checkpoint) and the run state: a KVCache that lives as long as one generation and
-the scratch Buffers one forward pass writes into, allocated once and reused for every token.
+As in llama2.c's `Transformer {config, weights, state}`: the Config (config.py) and the Weights
+(weights.py, views of the memory-mapped checkpoint) are read-only and held by a Transformer with
+what is derived from them once (RoPE's inverse frequencies, csrc/layer.c's view of each layer);
+the run State is what one generation writes (the KV cache, the scratch buffers, the C decode
+step's view of both), made once per generation by Transformer.state and reused for every pass.
+Several threads may run one Transformer at once, each with its own State.
+
+Transformer.forward is the one entry for every pass: prefill, decoding, diffusion steps, batches.
+One new token of one sequence goes through csrc/layer.c, the same layer body in C (one call a
+layer instead of ~11 kernel calls, whose Python would cost a small model a third of its time);
+tests/test_decode_layer.py holds the two to the same logits and cache, bit for bit.
 
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
 H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_size.
@@ -43,68 +51,120 @@ class Buffers:
         self.up = np.zeros((n_max, cfg.intermediate_size), np.float32)    # [Bn, f]
 
 
-def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, last_only=False):
-    """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
+class State:
+    """One generation's run state: the KV cache of `batch` sequences of n_ctx slots, buffers for up
+    to `rows` rows a pass, and (one sequence) csrc/layer.c's view of both. Made by Transformer.state."""
 
-    Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
-    (default: up to the last new position), causally or bidirectionally. Autoregressive decoding
-    appends (start = positions so far); a diffusion step with a cache recomputes a span of the canvas
-    and reads the cached rest. Returns logits [B*n, V], or [B, V] for each sequence's last position.
-    """
-    B, n = ids.shape
-    kv_len = start + n if kv_len is None else kv_len
-    H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
-    pos = np.tile(np.arange(start, start + n, dtype=np.int64), B)       # [Bn] positions, for RoPE
-    x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
-    att, gate, up = buf.att[:B * n], buf.gate[:B * n], buf.up[:B * n]
-    ledger.begin_pass(tokens=B * n)
-    K.embedding(w.embed_tokens, ids.reshape(-1), out=x)               # [Bn, d]
-
-    for l, lw in enumerate(w.layers):
-        # attention: x += o_proj(attention(rope(q), rope(k), v))
-        K.rmsnorm(x, lw.input_layernorm, eps, out=h, op="norm")       # [Bn, d]
-        K.matmuls(h, (lw.q_proj, lw.k_proj, lw.v_proj), (q, k, v), op="matmul")  # [Bn, H*hd], 2x [Bn, KVH*hd]
-        if lw.q_bias is not None:
-            K.add_bias(q, lw.q_bias, op="matmul")
-            K.add_bias(k, lw.k_bias, op="matmul")
-            K.add_bias(v, lw.v_bias, op="matmul")
-        K.rope_qk(q.reshape(B * n, H, hd), k.reshape(B * n, KVH, hd), pos, inv_freq, op="rope")
-        K.store(cache.k[l, :, start:start + n], k.reshape(B, n, -1))  # [B, n, KVH*hd] into the cache
-        K.store(cache.v[l, :, start:start + n], v.reshape(B, n, -1))
-        for b in range(B):
-            rows = slice(b * n, (b + 1) * n)
-            K.attention(q[rows].reshape(n, H, hd),
-                        cache.k[l, b, :kv_len].reshape(kv_len, KVH, hd),  # [t, KVH, hd]
-                        cache.v[l, b, :kv_len].reshape(kv_len, KVH, hd),
-                        out=att[rows].reshape(n, H, hd), causal=causal, q_pos0=start,
-                        op="attention")                               # [n, H, hd]
-        K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True)   # x += [Bn, d]
-        if lw.o_bias is not None:
-            K.add_bias(x, lw.o_bias, op="matmul")
-
-        # MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x))
-        K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h, op="norm")  # [Bn, d]
-        K.matmuls(h, (lw.gate_proj, lw.up_proj), (gate, up), op="mlp")  # 2x [Bn, f]
-        K.silu_mul(gate, up, out=gate, op="mlp")                      # [Bn, f]
-        K.matmul(gate, lw.down_proj, out=x, op="mlp", residual=True)  # x += [Bn, d]
-
-    if last_only:
-        x = x.reshape(B, n, -1)[:, -1]                                # [B, d]
-    out = K.rmsnorm(x, w.norm, eps, op="norm")                        # [Bn or B, d]
-    return K.matmul(out, w.lm_head, op="lm_head")                     # [Bn or B, V]
+    def __init__(self, transformer, n_ctx, batch, rows):
+        cfg = transformer.config
+        self.owner = transformer
+        self.cache = KVCache(cfg, n_ctx, batch)                       # [L, B, ctx, KVH*hd] x2
+        self.buf = Buffers(cfg, rows)                                 # [rows, ...]
+        self.decode = K.DecodeRun(cfg, self.buf, self.cache, transformer.inv_freq) if batch == 1 else None
 
 
-def decode(cfg, w, layers, inv_freq, token, cache, buf, pos):
-    """forward() for one new token of one sequence at position pos: an autoregressive decode step.
+class Transformer:
+    """A model's config and weights, its RoPE table and its layers as csrc/layer.c reads them,
+    built once. The weights are read as they are when it is made (layer.c keeps pointers to them)."""
 
-    The same layers, each one C call (csrc/layer.c is forward's loop body above, kernel for kernel,
-    bit for bit): with one row, the Python around ~11 kernel calls a layer would cost a small model
-    a third of its time. layers: a kernels.DecodeLayer per layer. Returns logits [1, V]."""
-    run = K.DecodeRun(cfg, buf, cache, inv_freq)
-    x = buf.x[:1]                                                     # [1, d] residual stream
-    ledger.begin_pass(tokens=1)
-    K.embedding(w.embed_tokens, token, out=x)                        # [1, d]
-    for l, layer in enumerate(layers):
-        K.decode_layer(layer, run, l, pos)                            # x += layer l  [1, d]
-    out = K.rmsnorm(x, w.norm, cfg.rms_norm_eps, op="norm")          # [1, d]
-    return K.matmul(out, w.lm_head, op="lm_head")                     # [1, V]
+    def __init__(self, config, weights):
+        if len(weights.layers) != config.num_hidden_layers:
+            raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
+                             f"{config.num_hidden_layers}")
+        self.config, self.weights = config, weights
+        self.inv_freq = rope_inv_freq(config)                         # [hd/2]
+        self.decode_layers = [K.DecodeLayer(config, lw) for lw in weights.layers]
+
+    def state(self, n_ctx, batch=1, rows=None):
+        """A run State: n_ctx cache slots per sequence, passes of up to `rows` rows (default all)."""
+        return State(self, n_ctx, batch, batch * n_ctx if rows is None else rows)
+
+    def forward(self, ids, state, start, kv_len=None, causal=True, last_only=False):
+        """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
+
+        Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
+        (default: up to the last new position), causally or bidirectionally. Autoregressive decoding
+        appends (start = positions so far); a diffusion step with a cache recomputes a span of the
+        canvas and reads the cached rest. Returns logits [B*n, V], or [B, V] for each sequence's last
+        position (the same for one position)."""
+        if state.owner is not self:
+            raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
+        if ids.shape == (1, 1) and causal and kv_len in (None, start + 1) and state.decode is not None:
+            return self.decode(ids[0], state, start)                  # the loop below, in C
+        return self.layers(ids, state, start, kv_len, causal, last_only)
+
+    def layers(self, ids, state, start, kv_len, causal, last_only):
+        """forward's pass, kernel by kernel: the readable definition."""
+        cfg, w, cache, buf = self.config, self.weights, state.cache, state.buf
+        B, n = ids.shape
+        kv_len = start + n if kv_len is None else kv_len
+        H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
+        pos = np.tile(np.arange(start, start + n, dtype=np.int64), B)     # [Bn] positions, for RoPE
+        x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
+        att, gate, up = buf.att[:B * n], buf.gate[:B * n], buf.up[:B * n]
+        ledger.begin_pass(tokens=B * n)
+        K.embedding(w.embed_tokens, ids.reshape(-1), out=x)             # [Bn, d]
+
+        for l, lw in enumerate(w.layers):
+            # attention: x += o_proj(attention(rope(q), rope(k), v))
+            K.rmsnorm(x, lw.input_layernorm, eps, out=h, op="norm")     # [Bn, d]
+            K.matmuls(h, (lw.q_proj, lw.k_proj, lw.v_proj), (q, k, v), op="matmul")  # [Bn, H*hd], 2x [Bn, KVH*hd]
+            if lw.q_bias is not None:
+                K.add_bias(q, lw.q_bias, op="matmul")
+                K.add_bias(k, lw.k_bias, op="matmul")
+                K.add_bias(v, lw.v_bias, op="matmul")
+            K.rope_qk(q.reshape(B * n, H, hd), k.reshape(B * n, KVH, hd), pos, self.inv_freq, op="rope")
+            K.store(cache.k[l, :, start:start + n], k.reshape(B, n, -1))  # [B, n, KVH*hd] into the cache
+            K.store(cache.v[l, :, start:start + n], v.reshape(B, n, -1))
+            for b in range(B):
+                rows = slice(b * n, (b + 1) * n)
+                K.attention(q[rows].reshape(n, H, hd),
+                            cache.k[l, b, :kv_len].reshape(kv_len, KVH, hd),  # [t, KVH, hd]
+                            cache.v[l, b, :kv_len].reshape(kv_len, KVH, hd),
+                            out=att[rows].reshape(n, H, hd), causal=causal, q_pos0=start,
+                            op="attention")                             # [n, H, hd]
+            K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True) # x += [Bn, d]
+            if lw.o_bias is not None:
+                K.add_bias(x, lw.o_bias, op="matmul")
+
+            # MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x))
+            K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h, op="norm")  # [Bn, d]
+            K.matmuls(h, (lw.gate_proj, lw.up_proj), (gate, up), op="mlp")  # 2x [Bn, f]
+            K.silu_mul(gate, up, out=gate, op="mlp")                    # [Bn, f]
+            K.matmul(gate, lw.down_proj, out=x, op="mlp", residual=True)  # x += [Bn, d]
+
+        if last_only:
+            x = x.reshape(B, n, -1)[:, -1]                              # [B, d]
+        out = K.rmsnorm(x, w.norm, eps, op="norm")                      # [Bn or B, d]
+        return K.matmul(out, w.lm_head, op="lm_head")                   # [Bn or B, V]
+
+    def decode(self, token, state, pos):
+        """layers() for one new token of one sequence at position pos, each layer one C call
+        (csrc/layer.c: the loop body above, kernel for kernel). Returns logits [1, V]."""
+        run, w = state.decode, self.weights
+        x = state.buf.x[:1]                                             # [1, d] residual stream
+        ledger.begin_pass(tokens=1)
+        K.embedding(w.embed_tokens, token, out=x)                      # [1, d]
+        for l, layer in enumerate(self.decode_layers):
+            K.decode_layer(layer, run, l, pos)                          # x += layer l  [1, d]
+        out = K.rmsnorm(x, w.norm, self.config.rms_norm_eps, op="norm") # [1, d]
+        return K.matmul(out, w.lm_head, op="lm_head")                   # [1, V]
+
+    def canvas_logits(self, canvas, state, start=0, end=None):
+        """Bidirectional logits [B, end-start, V] for canvas [B, L] positions start..end-1.
+
+        Recomputes canvas[:, start:end] (their K/V overwrite those cache slots) attending over all
+        canvas positions; the slots outside [start, end) are read from the cache as an earlier pass
+        left them. start=0, end=None is a full, uncached pass. Row i is the distribution of the token
+        at position start+i: for a model that predicts position i from row i-1 (Dream), one more
+        position is recomputed on the left and the rows shifted."""
+        B, L = canvas.shape
+        end = L if end is None else end
+        shifted = self.config.shifted_logits
+        first = start - 1 if shifted and start > 0 else start
+        n = end - first
+        logits = self.forward(canvas[:, first:end], state, first, kv_len=L, causal=False)
+        logits = logits.reshape(B, n, -1)                               # [B, n, V]
+        if shifted:                                                     # row i <- row i-1; row 0 keeps its own
+            logits = logits[:, :-1] if first < start else np.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
+        return logits
