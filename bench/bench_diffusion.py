@@ -56,13 +56,14 @@ def time_steps(model, L, block, repeat):
     rng = np.random.default_rng(0)
     prompt = L // 2
     canvas = np.concatenate([rng.integers(0, mask, prompt), np.full(L - prompt, mask)])[None]   # [1, L]
-    cache, buf = model.canvas_state(1, L)
+    t = model.transformer
+    state = t.state(L)
     lo, hi = prompt, prompt + min(block, L - prompt)
-    model.canvas_logits(canvas, cache, buf)                           # warm up; fills the cache
-    full = median_ms(lambda: model.canvas_logits(canvas, cache, buf), repeat)
-    prefix = median_ms(lambda: model.canvas_logits(canvas, cache, buf, lo, L), repeat)
-    dual = median_ms(lambda: model.canvas_logits(canvas, cache, buf, lo, hi), repeat)
-    logits = model.canvas_logits(canvas, cache, buf, lo, hi)          # [1, block, V]
+    t.canvas_logits(canvas, state)                                    # warm up; fills the cache
+    full = median_ms(lambda: t.canvas_logits(canvas, state), repeat)
+    prefix = median_ms(lambda: t.canvas_logits(canvas, state, lo, L), repeat)
+    dual = median_ms(lambda: t.canvas_logits(canvas, state, lo, hi), repeat)
+    logits = t.canvas_logits(canvas, state, lo, hi)                   # [1, block, V]
     opts = diffusion.Options()
     choose = median_ms(lambda: diffusion._choose(
         opts, *diffusion._predict(logits, opts, rng, [mask])[1:], 1, rng), repeat)
@@ -70,15 +71,15 @@ def time_steps(model, L, block, repeat):
 
 
 def tokens_per_pass(model, prompt, gen, block, **opts):
-    out = diffusion.denoise_result(model, prompt, gen_length=gen, block_length=block, eos="keep", **opts)
+    out = model.denoise_result(prompt, gen, block_length=block, eos="keep", **opts)
     return out.tokens_per_pass, out.passes
 
 
 def first_step_top_p(model, prompt, gen):
     """Median top-1 probability over the masked positions at the first step: what a threshold sees."""
-    mask = diffusion.mask_token_id(model)
+    mask = model.mask_id
     canvas = np.array([prompt + [mask] * gen])
-    logits = model.canvas_logits(canvas, *model.canvas_state(1, canvas.shape[1]))[0, len(prompt):]
+    logits = model.transformer.canvas_logits(canvas, model.transformer.state(canvas.shape[1]))[0, len(prompt):]
     z = logits.astype(np.float64)
     z[:, mask] = -np.inf
     p = np.exp(z - z.max(axis=-1, keepdims=True))

@@ -16,7 +16,6 @@ import numpy as np
 import tinydiff
 from tinydiff import kernels
 from tinydiff.shapes import random_model
-from tinydiff.transformer import Buffers, KVCache
 
 inside = [0.0]
 
@@ -38,12 +37,13 @@ def wrap_kernels():
 
 def decode_seconds(model, n):
     """(wall seconds, seconds inside C) per decode step, n steps after a 16-token prefill."""
-    cache, buf = KVCache(model.config, 16 + n), Buffers(model.config, 16)
-    model.forward(np.ones((1, 16), np.int64), cache, buf, 0)
+    t = model.transformer
+    state = t.state(16 + n, rows=16)
+    t.forward(np.ones((1, 16), np.int64), state, 0)
     inside[0] = 0.0
     t0 = time.perf_counter()
     for i in range(n):
-        model.forward(np.array([[5]]), cache, buf, 16 + i)
+        t.forward(np.array([[5]]), state, 16 + i)
     return (time.perf_counter() - t0) / n, inside[0] / n
 
 
