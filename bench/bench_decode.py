@@ -10,7 +10,6 @@ booking every kernel call costs. Compare runs made in one sitting; the machine i
 import argparse
 import contextlib
 import statistics
-import time
 
 import numpy as np
 

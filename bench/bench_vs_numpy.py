@@ -15,7 +15,6 @@ weight type's pass (quantized GEMM vs f32 GEMM).
 """
 import argparse
 import os
-import statistics
 import time
 
 import numpy as np
@@ -88,7 +87,7 @@ def main():
     print(f"{args.shape}, {n} positions, {kernels.get_threads()} threads; NumPy {np.__version__}: {blas_kernel()}")
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')} "
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '(unset)')}")
-    print(f"| what | GFLOP | ms | GFLOP/s | x NumPy |\n|---|---|---|---|---|")
+    print("| what | GFLOP | ms | GFLOP/s | x NumPy |\n|---|---|---|---|---|")
     for name, flops, secs in rows:
         print(f"| {name} | {flops / 1e9:.2f} | {secs * 1e3:.1f} | {flops / secs / 1e9:.1f} | "
               f"{flops / secs / numpy_rate:.2f} |")

@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 import tinydiff
 from tinydiff import kernels, quant
 from tinydiff.errors import ModelError
-from tinydiff.gguf import convert, open_gguf, permute_rows, write_gguf
+from tinydiff.convert import convert
+from tinydiff.gguf import open_gguf, write_gguf
+from tinydiff.gguf_model import permute_rows
 from tinydiff.model import Model
 from tinydiff.safetensors import load_checkpoint, save_safetensors
 from tinydiff.tokenizer import GGUF_PRE, Tokenizer

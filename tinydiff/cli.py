@@ -351,7 +351,7 @@ def cmd_train(args):
 
 
 def cmd_convert(args):
-    from .gguf import convert
+    from .convert import convert
     try:
         fallbacks = convert(args.model, args.output, args.type)
     except OSError as e:

@@ -17,7 +17,7 @@ from .diffusion import Options
 from .config import load_config
 from .errors import ModelError, UsageError
 from .generate import decode_tokens, fit_context, stream_text
-from .gguf import load_gguf
+from .gguf_model import load_gguf
 from .safetensors import load_checkpoint
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer

@@ -1,0 +1,114 @@
+"""`tinydiff convert`: a Hugging Face checkpoint folder written as a GGUF file.
+
+It writes what llama.cpp's convert_hf_to_gguf.py plus llama-quantize would: matrices in the chosen
+type, vectors f32, and f16 for a q8_0/q4_0 matrix whose rows are not whole 32-weight blocks (the
+converter's own fallback). The conventions (names, keys, the Q/K permutation) are gguf_model.py's,
+which reads such files back.
+"""
+import os
+
+from . import quant
+from .errors import UsageError
+from .gguf import FILE_TYPES, QUANTIZATION_VERSION, Planned, _fail, write_gguf
+from .gguf_model import ARCHITECTURES, HF_ARCHITECTURES, permute_rows
+
+
+def convert(src, out, wtype="f16"):
+    """Writes the Hugging Face checkpoint folder src as the GGUF file out, as llama.cpp's
+    convert_hf_to_gguf.py plus llama-quantize would: matrices (the token embedding too) in wtype,
+    vectors (norms, biases) in f32. A q8_0/q4_0 matrix whose rows are not whole 32-weight blocks is
+    stored as f16, as llama.cpp's converter falls back. Returns the names of those tensors.
+
+    GGUF has one eos_token_id: a config.json listing several EOS ids keeps the first."""
+    from .config import load_config
+    from .safetensors import load_checkpoint
+    from .tokenizer import Tokenizer
+    if wtype not in FILE_TYPES:
+        raise UsageError(f"unknown weight type {wtype!r}; choose one of {', '.join(FILE_TYPES)}")
+    if not os.path.isdir(src):
+        _fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
+    cfg = load_config(src)
+    arch = HF_ARCHITECTURES[cfg.model_type]     # load_config refused any other model_type
+    ckpt = load_checkpoint(src)
+    tok_path = os.path.join(src, "tokenizer.json")
+    tok = Tokenizer.from_file(tok_path)
+    if tok.vocab_size > cfg.vocab_size:
+        _fail(src, f"tokenizer.json has {tok.vocab_size} tokens but the model's vocab_size is {cfg.vocab_size}")
+    metadata = {**_config_metadata(cfg, arch, wtype, os.path.basename(os.path.abspath(src))),
+                **tok.gguf_metadata(cfg.vocab_size, tok_path), **_special_tokens(cfg, tok, tok_path)}
+    tensors, fallbacks = _tensor_plans(cfg, ckpt, arch, wtype)
+    write_gguf(out, metadata, tensors)
+    return fallbacks
+
+
+def _config_metadata(cfg, arch, wtype, name):
+    a = arch + "."
+    meta = {
+        "general.architecture": ("string", arch), "general.name": ("string", name),
+        "general.file_type": ("uint32", FILE_TYPES[wtype]),
+        "general.quantization_version": ("uint32", QUANTIZATION_VERSION),
+        a + "vocab_size": ("uint32", cfg.vocab_size),
+        a + "context_length": ("uint32", cfg.max_position_embeddings),
+        a + "embedding_length": ("uint32", cfg.hidden_size),
+        a + "block_count": ("uint32", cfg.num_hidden_layers),
+        a + "feed_forward_length": ("uint32", cfg.intermediate_size),
+        a + "rope.dimension_count": ("uint32", cfg.head_dim),
+        a + "attention.head_count": ("uint32", cfg.num_attention_heads),
+        a + "attention.head_count_kv": ("uint32", cfg.num_key_value_heads),
+        a + "rope.freq_base": ("float32", cfg.rope_theta),
+        a + "attention.layer_norm_rms_epsilon": ("float32", cfg.rms_norm_eps),
+    }
+    if cfg.head_dim != cfg.hidden_size // cfg.num_attention_heads:
+        meta[a + "attention.key_length"] = meta[a + "attention.value_length"] = ("uint32", cfg.head_dim)
+    if not cfg.causal:
+        meta[a + "attention.causal"] = ("bool", False)
+    if not ARCHITECTURES[arch].causal:
+        meta["diffusion.shift_logits"] = ("bool", cfg.shifted_logits)
+    return meta
+
+
+def _special_tokens(cfg, tok, where):
+    """BOS/EOS/mask ids, and whether encoding adds BOS/EOS (the tokenizer's template)."""
+    if len(tok.prefix_ids) > 1 or len(tok.suffix_ids) > 1:
+        _fail(where, "the post-processor adds more than one token before or after the text, which "
+                     "GGUF's add_bos_token / add_eos_token cannot say")
+    bos = tok.prefix_ids[0] if tok.prefix_ids else cfg.bos_token_id
+    eos = tok.suffix_ids[0] if tok.suffix_ids else (cfg.eos_token_ids or (tok.eos_id,))[0]
+    k = "tokenizer.ggml."
+    meta = {k + "add_bos_token": ("bool", bool(tok.prefix_ids)), k + "add_eos_token": ("bool", bool(tok.suffix_ids))}
+    for key, i in (("bos_token_id", bos), ("eos_token_id", eos), ("mask_token_id", cfg.mask_token_id)):
+        if i is not None:
+            meta[k + key] = ("uint32", i)
+    return meta
+
+
+def _tensor_plans(cfg, ckpt, arch, wtype):
+    """{GGUF name: Planned} in llama.cpp's order, and the names stored as f16 instead of wtype."""
+    from .weights import GGUF_NAMES, HF_NAMES, LLADA_NAMES
+    hf_names = LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES
+    d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
+    layer = dict(input_layernorm=(d,), q_proj=(qd, d), k_proj=(kvd, d), v_proj=(kvd, d), o_proj=(d, qd),
+                 post_attention_layernorm=(d,), gate_proj=(f, d), up_proj=(f, d), down_proj=(d, f))
+    if cfg.qkv_bias:
+        layer.update(q_bias=(qd,), k_bias=(kvd,), v_bias=(kvd,))
+    if cfg.o_bias:
+        layer.update(o_bias=(d,))
+    fields = [("embed_tokens", "", (V, d))]
+    fields += [(field, i, shape) for i in range(cfg.num_hidden_layers) for field, shape in layer.items()]
+    fields += [("norm", "", (d,))] + ([] if cfg.tie_word_embeddings else [("lm_head", "", (V, d))])
+    H, KVH = cfg.num_attention_heads, cfg.num_key_value_heads
+    heads = dict(q_proj=H, q_bias=H, k_proj=KVH, k_bias=KVH) if ARCHITECTURES[arch].permuted else {}
+    plans, fallbacks = {}, []
+    for field, i, shape in fields:
+        def name(table):
+            return (table["layer"].format(i=i) if i != "" else "") + table[field]
+        t = "f32" if len(shape) == 1 else wtype
+        if t in ("q8_0", "q4_0") and shape[-1] % quant.QK:
+            t = "f16"
+            fallbacks.append(name(GGUF_NAMES))
+
+        def make(hf=name(hf_names), shape=shape, t=t, n_head=heads.get(field)):
+            w = ckpt.expect(hf, shape)
+            return quant.quantize(permute_rows(w, n_head) if n_head else w, t)
+        plans[name(GGUF_NAMES)] = Planned(t, shape, make)
+    return plans, fallbacks

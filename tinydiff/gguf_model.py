@@ -1,0 +1,160 @@
+"""A GGUF file as tinydiff's Config, Weights and Tokenizer (the file itself: gguf.py).
+
+Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.py):
+  - keys: general.architecture (llama, qwen2; llada and dream, llama.cpp's masked-diffusion
+    models), {arch}.context_length, .embedding_length, .block_count, .feed_forward_length,
+    .attention.head_count, .attention.head_count_kv, .attention.key_length (head_dim),
+    .rope.freq_base, .attention.layer_norm_rms_epsilon, .attention.causal; diffusion.shift_logits;
+    tokenizer.ggml.* for the tokenizer (tokenizer.py, Tokenizer.from_gguf).
+  - tensors: token_embd, blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm /
+    ffn_gate / ffn_up / ffn_down, output_norm, output (absent when tied): weights.GGUF_NAMES.
+  - llama.cpp's "llama" RoPE rotates adjacent pairs where Hugging Face rotates the two halves of a
+    head, so its converter permutes the rows of attn_q and attn_k (weights and biases) within each
+    head. tinydiff undoes that at load (our RoPE is HF's) and redoes it when writing. Qwen2 and
+    Dream files are not permuted: llama.cpp runs those architectures with HF's RoPE.
+  - Masked-diffusion models with a Llama layout (config.json "is_causal": false, "mask_token_id")
+    are written as architecture "llama" with llama.attention.causal = false and
+    tokenizer.ggml.mask_token_id: llama.cpp's own keys for those two facts (its LLaDA converter
+    writes them), rather than tinydiff-only keys, so the file says what the model is to any reader.
+  - Loading refuses a tensor it would not use (rope_freqs.weight, ...): ignoring one would run a
+    different model.
+"""
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from .gguf import GGML_TYPES, INT_TYPES, _fail, open_gguf
+from .safetensors import _show
+
+
+Arch = namedtuple("Arch", "permuted causal shifted")
+# The architectures tinydiff runs: whether llama.cpp's converter permutes their Q/K rows, and
+# their defaults for {arch}.attention.causal and diffusion.shift_logits (llama.cpp's LLaDA and
+# Dream are masked-diffusion models with the Llama and the Qwen2 layout).
+ARCHITECTURES = {"llama": Arch(True, True, False), "qwen2": Arch(False, True, False),
+                 "llada": Arch(True, False, False), "dream": Arch(False, False, True)}
+# Hugging Face model_type -> GGUF architecture, as llama.cpp's converter maps them (Mistral's
+# layout is Llama's)
+HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "llada": "llada", "Dream": "dream"}
+
+
+def load_gguf(path):
+    """(Config, Weights, Tokenizer, stored bytes per type) of a GGUF model file."""
+    from .tokenizer import Tokenizer
+    from .weights import GGUF_NAMES, load_weights
+    f = open_gguf(path)
+    config = config_from_gguf(f)
+    weights = load_weights(config, f, GGUF_NAMES)
+    unused = [name for name in f.names if name not in f.used]
+    if unused:   # rope_freqs.weight (Llama 3.1's RoPE scaling), a bias we do not add, ...
+        _fail(path, f"tensor {_show(unused[0])} is not part of a {config.model_type} model as tinydiff runs it"
+                    f"{f' (nor are {len(unused) - 1} more)' if len(unused) > 1 else ''}")
+    if ARCHITECTURES[config.model_type].permuted:   # back to HF's row order, which our RoPE expects
+        H, KVH = config.num_attention_heads, config.num_key_value_heads
+        for lw in weights.layers:
+            lw.q_proj, lw.q_bias = permute_rows(lw.q_proj, H, True), permute_rows(lw.q_bias, H, True)
+            lw.k_proj, lw.k_bias = permute_rows(lw.k_proj, KVH, True), permute_rows(lw.k_bias, KVH, True)
+    tokenizer = Tokenizer.from_gguf(f.metadata, _show(path))
+    return config, weights, tokenizer, f.stored_bytes()
+
+
+def permute_rows(w, n_head, undo=False):
+    """llama.cpp's permute(w, n_head): within each head, row (half h, pair i) moves to (pair i,
+    half h), which makes HF's rotate-half RoPE llama.cpp's adjacent-pair one. A row permutation,
+    so it applies as well to block-quantized rows and to biases. None stays None."""
+    if w is None:
+        return None
+    split = (n_head, w.shape[0] // n_head // 2, 2) if undo else (n_head, 2, w.shape[0] // n_head // 2)
+    return np.ascontiguousarray(w.reshape(*split, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def config_from_gguf(f):
+    """The Config that a GGUF file's metadata describes; anything the engine does not implement
+    (RoPE scaling, partial RoPE, sliding windows, experts) is an error naming the key."""
+    from .config import Config, check_shapes
+    meta, kinds = f.metadata, f.value_types
+
+    def get(key, kind, default=None):
+        if key not in meta:
+            if default is None:
+                _fail(f.path, f"metadata key {key} missing")
+            return default
+        value, stored = meta[key], kinds[key]
+        ok = {int: stored in INT_TYPES, float: stored in INT_TYPES + ("float32", "float64"),
+              bool: stored == "bool", str: stored == "string"}[kind]
+        if not ok:
+            _fail(f.path, f"metadata {key} should be {kind.__name__}, got {stored} {_show(value)}")
+        return kind(value)
+
+    arch = get("general.architecture", str)
+    if arch not in ARCHITECTURES:
+        _fail(f.path, f"architecture {_show(arch)} not supported (supported: {', '.join(ARCHITECTURES)})")
+    a, defaults = arch + ".", ARCHITECTURES[arch]
+    _check_unsupported(f, a, get)
+    d = get(a + "embedding_length", int)
+    n_heads = get(a + "attention.head_count", int)
+    head_dim = get(a + "attention.key_length", int, 0) or (d // n_heads if n_heads else 0)
+    if get(a + "attention.value_length", int, head_dim) != head_dim:
+        _fail(f.path, f"{a}attention.value_length differs from the key length {head_dim}: not supported")
+    if get(a + "rope.dimension_count", int, head_dim) != head_dim:
+        _fail(f.path, f"{a}rope.dimension_count {meta[a + 'rope.dimension_count']} is not the head size "
+                      f"{head_dim}: partial RoPE is not supported")
+    theta, eps = get(a + "rope.freq_base", float, 10000.0), get(a + "attention.layer_norm_rms_epsilon", float)
+    if not (math.isfinite(theta) and theta > 0 and math.isfinite(eps) and eps >= 0):
+        _fail(f.path, f"{a}rope.freq_base {theta} or layer_norm_rms_epsilon {eps} is not a usable number")
+    vocab = _vocab_size(f, a, get)
+    tok = "tokenizer.ggml."
+    ids = {key: get(tok + key, int, -1) for key in ("bos_token_id", "eos_token_id", "eot_token_id",
+                                                    "eom_token_id", "mask_token_id")}
+    for key, i in ids.items():
+        if i >= vocab:
+            _fail(f.path, f"{tok}{key} {i} is outside the vocabulary of {vocab} tokens")
+    counts = {}
+    for t in f.tensors.values():
+        if len(t.ne) == 2:
+            counts[GGML_TYPES[t.type][0]] = counts.get(GGML_TYPES[t.type][0], 0) + 1
+    cfg = Config(
+        model_type=arch,
+        hidden_size=d,
+        num_hidden_layers=get(a + "block_count", int),
+        num_attention_heads=n_heads,
+        num_key_value_heads=get(a + "attention.head_count_kv", int, n_heads),
+        head_dim=head_dim,
+        intermediate_size=get(a + "feed_forward_length", int),
+        vocab_size=vocab,
+        max_position_embeddings=get(a + "context_length", int),
+        rope_theta=theta,
+        rms_norm_eps=eps,
+        tie_word_embeddings="output.weight" not in f,
+        qkv_bias="blk.0.attn_q.bias" in f,
+        o_bias="blk.0.attn_output.bias" in f,
+        causal=get(a + "attention.causal", bool, defaults.causal),
+        shifted_logits=get("diffusion.shift_logits", bool, defaults.shifted),
+        bos_token_id=ids["bos_token_id"] if ids["bos_token_id"] >= 0 else None,
+        eos_token_ids=tuple(dict.fromkeys(ids[k] for k in ("eos_token_id", "eot_token_id", "eom_token_id")
+                                          if ids[k] >= 0)),
+        mask_token_id=ids["mask_token_id"] if ids["mask_token_id"] >= 0 else None,
+        dtype=max(counts, key=counts.get).lower() if counts else "f32",
+    )
+    check_shapes(cfg, _show(f.path))
+    return cfg
+
+
+def _check_unsupported(f, a, get):
+    scaling = get(a + "rope.scaling.type", str, "none")
+    if scaling != "none" or get(a + "rope.scale_linear", float, 1.0) != 1.0:
+        _fail(f.path, f"{a}rope.scaling.type {_show(scaling)}: RoPE scaling is not supported")
+    for key in ("attention.sliding_window", "expert_count"):
+        if get(a + key, int, 0):
+            _fail(f.path, f"{a}{key} {f.metadata[a + key]}: not supported")
+
+
+def _vocab_size(f, a, get):
+    """The token list's length (llama.cpp's n_vocab), else the embedding's rows."""
+    tokens = f.metadata.get("tokenizer.ggml.tokens")
+    n = len(tokens) if isinstance(tokens, list) else f.shape("token_embd.weight")[0]
+    if get(a + "vocab_size", int, n) != n:
+        _fail(f.path, f"{a}vocab_size {f.metadata[a + 'vocab_size']} differs from the {n} tokens of "
+                      "tokenizer.ggml.tokens")
+    return n
