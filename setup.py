@@ -1,6 +1,6 @@
 # Builds the package and its C kernels. The kernels in csrc/ are compiled by cffi in
 # out-of-line API mode (csrc/build_ffi.py), so `pip install .` needs only a C compiler.
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="tinydiff",
@@ -12,7 +12,7 @@ setup(
     python_requires=">=3.9",
     # weights/ ships inside the package as tinydiff/models, so the default models are found after
     # `pip install .` from anywhere, not only inside the repository
-    packages=["tinydiff", "tinydiff.models"],
+    packages=find_packages(include=["tinydiff", "tinydiff.*"]) + ["tinydiff.models"],
     package_dir={"tinydiff.models": "weights"},
     package_data={"tinydiff.models": ["*/*.json", "*/*.safetensors", "*/*.md", "*/*.svg"]},
     install_requires=["numpy>=1.22", "cffi>=1.15"],

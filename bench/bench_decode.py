@@ -14,7 +14,7 @@ import statistics
 import numpy as np
 
 import tinydiff
-from tinydiff.shapes import SHAPES, random_model
+from tinydiff.measure.shapes import SHAPES, random_model
 
 
 def decode_weight_bytes(w):
@@ -25,7 +25,7 @@ def decode_weight_bytes(w):
 
 def run(model, n_prompt, n_gen, seed, ledger=False):
     ids = np.random.default_rng(seed).integers(0, model.config.vocab_size, n_prompt).tolist()
-    timings = tinydiff.generate.Timings()
+    timings = tinydiff.decoding.generate.Timings()
     with tinydiff.Ledger() if ledger else contextlib.nullcontext():
         for _ in model.generate_tokens(ids, n_gen, temperature=0.0, timings=timings):
             pass
@@ -42,7 +42,7 @@ def main():
     args = ap.parse_args()
     if args.threads:
         tinydiff.set_threads(args.threads)
-    print(f"threads: {tinydiff.kernels.get_threads()}")
+    print(f"threads: {tinydiff.engine.kernels.get_threads()}")
     print(f"{'shape':14s} {'params':>8s} {'pp t/s':>16s} {'tg t/s':>16s} {'tg GB/s':>8s} {'ledger on':>9s}")
     for name in args.shapes:
         model = random_model(name)

@@ -25,10 +25,10 @@ import time
 import numpy as np
 
 import tinydiff
-from tinydiff import diffusion
+from tinydiff.decoding import diffusion
+from tinydiff.engine.weights import random_weights
+from tinydiff.measure.shapes import SHAPES, shape_config
 from tinydiff.model import Model
-from tinydiff.shapes import SHAPES, shape_config
-from tinydiff.weights import random_weights
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "hf", "llama-gqa")
 
@@ -99,7 +99,7 @@ def main():
     args = ap.parse_args()
     if args.threads:
         tinydiff.set_threads(args.threads)
-    print(f"threads: {tinydiff.kernels.get_threads()}")
+    print(f"threads: {tinydiff.engine.kernels.get_threads()}")
 
     if not args.skip_steps:
         print(f"\none denoising step, ms (median of {args.repeat}); canvas = half prompt, block = {args.block}")

@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 import tinydiff
-from tinydiff import kernels
-from tinydiff.shapes import random_model
+from tinydiff.engine import kernels
+from tinydiff.measure.shapes import random_model
 
 inside = [0.0]
 

@@ -20,9 +20,10 @@ import time
 import numpy as np
 
 import tinydiff
-from tinydiff import bench, kernels
-from tinydiff.ledger import Ledger
-from tinydiff.shapes import SHAPES, random_model
+from tinydiff.engine import kernels
+from tinydiff.measure import bench
+from tinydiff.measure.ledger import Ledger
+from tinydiff.measure.shapes import SHAPES, random_model
 
 
 def matmul_shapes(w):

@@ -1,7 +1,7 @@
 """Fixtures the kernel tests share."""
 import pytest
 
-from tinydiff import kernels as K
+from tinydiff.engine import kernels as K
 
 # every SIMD path this CPU can run, up to the best one
 LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]

@@ -1,4 +1,4 @@
-"""The BPE trainer (tinydiff/bpe.py): a valid tokenizer.json that round-trips text and that
+"""The BPE trainer (tinydiff/formats/bpe.py): a valid tokenizer.json that round-trips text and that
 tinydiff's reader and the `tokenizers` library (where installed) encode exactly as we do."""
 import json
 import os
@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from tinydiff import bpe, corpus
+from tinydiff.formats import bpe
+from tinydiff.training import corpus
 
 SPECIALS = ["<|endoftext|>", "<|mask|>"]
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "tinystories")
@@ -82,7 +83,7 @@ def test_gpt2_byte_map():
 
 
 def test_tinydiff_reader_agrees(tok):
-    from tinydiff.tokenizer import Tokenizer
+    from tinydiff.formats.tokenizer import Tokenizer
     ours, reader = bpe.BPE(tok), Tokenizer(tok)
     for text in TRICKY + stories(20, seed=3):
         assert reader.encode(text, add_special_tokens=False) == ours.encode(text)

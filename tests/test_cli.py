@@ -9,8 +9,8 @@ import sys
 import pytest
 
 import tinydiff
-from tinydiff import kernels
 from tinydiff.cli import main
+from tinydiff.engine import kernels
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 MODEL = os.path.join(HF, "llama-gqa")
@@ -223,7 +223,7 @@ def test_model_without_mask_token_cannot_denoise():
 @pytest.fixture
 def fixed_roofline(monkeypatch):
     """A made-up machine (10 GB/s, 100 GFLOP/s), so the tests measure nothing."""
-    from tinydiff import roofline
+    from tinydiff.measure import roofline
     machine = roofline.Roofline(mem_gbs=10.0, llc_gbs=40.0, peak_gflops=100.0, balance=10.0, llc_balance=2.5,
                                 cpu="test cpu", threads=1, simd="c", when="now")
     monkeypatch.setattr(roofline, "load_or_measure", lambda threads=None, remeasure=False: machine)
@@ -236,9 +236,9 @@ def test_bench_json_has_each_test_with_its_ledger_costs(capsys, fixed_roofline):
     assert [r["test"] for r in rows] == ["pp16", "tg4", "dd16x2"]
     model = tinydiff.load(MODEL)
     pp, tg, dd = rows
-    assert pp["flops"] == tinydiff.cost.forward(model.config, 16, 0, causal=True)["flops"]
-    assert tg["flops"] == sum(tinydiff.cost.forward(model.config, 1, i, causal=True)["flops"] for i in range(1, 5))
-    assert dd["flops"] == 2 * tinydiff.cost.forward(model.config, 16, 0, causal=False)["flops"]
+    assert pp["flops"] == tinydiff.measure.cost.forward(model.config, 16, 0, causal=True)["flops"]
+    assert tg["flops"] == sum(tinydiff.measure.cost.forward(model.config, 1, i, causal=True)["flops"] for i in range(1, 5))
+    assert dd["flops"] == 2 * tinydiff.measure.cost.forward(model.config, 16, 0, causal=False)["flops"]
     assert all(len(r["seconds"]) == 2 and r["roofline_seconds"] > 0 for r in rows)
 
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tinydiff.config import config_from_dict, load_config
+from tinydiff.engine.config import config_from_dict, load_config
 from tinydiff.errors import ModelError
 
 BASE = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,

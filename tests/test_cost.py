@@ -1,4 +1,4 @@
-"""The ledger of real runs against the pencil-and-paper cost model (tinydiff.cost.forward)."""
+"""The ledger of real runs against the pencil-and-paper cost model (tinydiff.measure.cost.forward)."""
 import dataclasses
 import os
 import threading
@@ -6,9 +6,10 @@ import threading
 import pytest
 
 import tinydiff
-from tinydiff import cost, quant
-from tinydiff.ledger import Ledger
-from tinydiff.shapes import stored_as
+from tinydiff.engine import quant
+from tinydiff.measure import cost
+from tinydiff.measure.ledger import Ledger
+from tinydiff.measure.shapes import stored_as
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 

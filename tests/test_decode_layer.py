@@ -8,13 +8,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tinydiff import kernels as K
-from tinydiff import quant, transformer
-from tinydiff.config import config_from_dict
-from tinydiff.ledger import Ledger
+from tinydiff.engine import kernels as K
+from tinydiff.engine import quant, transformer
+from tinydiff.engine.config import config_from_dict
+from tinydiff.engine.weights import random_weights
+from tinydiff.measure.ledger import Ledger
+from tinydiff.measure.shapes import stored_as
 from tinydiff.model import Model
-from tinydiff.shapes import stored_as
-from tinydiff.weights import random_weights
 
 BASE = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=96, vocab_size=50, max_position_embeddings=64, rms_norm_eps=1e-5)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import tinydiff
-from tinydiff import diffusion as D
-from tinydiff.diffusion import Denoised, Step
+from tinydiff.decoding import diffusion as D
+from tinydiff.decoding.diffusion import Denoised, Step
+from tinydiff.decoding.visual import MASK_CHAR, LiveView
 from tinydiff.errors import UsageError
-from tinydiff.visual import MASK_CHAR, LiveView
 
 V, MASK, EOS = 16, 15, 14
 PROMPT = [1, 2, 3]

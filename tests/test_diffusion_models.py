@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import tinydiff
+from tinydiff.engine.weights import HF_NAMES, LLADA_NAMES
 from tinydiff.errors import ModelError
-from tinydiff.safetensors import load_checkpoint, save_safetensors
-from tinydiff.weights import HF_NAMES, LLADA_NAMES
+from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 

@@ -1,4 +1,4 @@
-"""`tinydiff eval` (tinydiff/evaluate.py): every number checked against a direct computation from
+"""`tinydiff eval` (tinydiff/training/evaluate.py): every number checked against a direct computation from
 model.logits on the fixture models, and every bad input one line."""
 import argparse
 import itertools
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import tinydiff
-from tinydiff import evaluate
 from tinydiff.errors import ModelError, UsageError
-from tinydiff.safetensors import load_checkpoint, save_safetensors
+from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
+from tinydiff.training import evaluate
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 AR = os.path.join(HF, "llama-gqa")
@@ -77,7 +77,7 @@ def nll_by_hand(model, ids, first=1):
 # autoregressive NLL
 
 def test_data_file_is_read_into_the_stories_by_corpus(data):
-    assert tinydiff.evaluate.corpus.load_stories([data]) == STORIES
+    assert tinydiff.training.evaluate.corpus.load_stories([data]) == STORIES
 
 
 def test_ar_nll_equals_the_direct_computation(ar):

@@ -23,15 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tinydiff
-from tinydiff import kernels, quant
-from tinydiff.errors import ModelError
 from tinydiff.convert import convert
-from tinydiff.gguf import open_gguf, write_gguf
-from tinydiff.gguf_model import permute_rows
+from tinydiff.engine import kernels, quant
+from tinydiff.engine.gguf_model import permute_rows
+from tinydiff.engine.weights import GGUF_NAMES, HF_NAMES, LayerWeights, Weights
+from tinydiff.errors import ModelError
+from tinydiff.formats.gguf import open_gguf, write_gguf
+from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
+from tinydiff.formats.tokenizer import GGUF_PRE, Tokenizer
 from tinydiff.model import Model
-from tinydiff.safetensors import load_checkpoint, save_safetensors
-from tinydiff.tokenizer import GGUF_PRE, Tokenizer
-from tinydiff.weights import GGUF_NAMES, HF_NAMES, LayerWeights, Weights
 
 try:  # only the tests that read our files with llama.cpp's own library need it
     import gguf
@@ -483,7 +483,7 @@ def test_metadata_of_every_value_type_round_trips(tmp_path):
 def test_the_writer_leaves_no_half_written_file(tmp_path):
     def boom():
         raise RuntimeError("disk on fire")
-    from tinydiff.gguf import Planned
+    from tinydiff.formats.gguf import Planned
     with pytest.raises(RuntimeError):
         write_gguf(tmp_path / "m.gguf", {}, {"x": Planned("f32", (4,), boom)})
     assert os.listdir(tmp_path) == []

@@ -1,4 +1,4 @@
-"""The C kernels (tinydiff.kernels) against the NumPy reference (tinydiff.reference).
+"""The C kernels (tinydiff.engine.kernels) against the NumPy reference (tinydiff.engine.reference).
 
 Shapes are drawn by hypothesis (size 1, odd sizes that miss every SIMD width, sizes that cross the
 matmul tile and panel edges); data comes from a seeded NumPy generator. Every SIMD path this CPU
@@ -12,10 +12,11 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tinydiff import kernels as K
-from tinydiff import reference as R
+from tinydiff.engine import kernels as K
+from tinydiff.engine import reference as R
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -252,7 +253,7 @@ def test_threads_setting(threads):
 
 
 def test_threads_from_environment():
-    code = "from tinydiff import kernels; print(kernels.get_threads())"
+    code = "from tinydiff.engine import kernels; print(kernels.get_threads())"
     env = dict(os.environ, TINYDIFF_THREADS="3")
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           cwd=HERE).stdout == "3\n"

@@ -4,9 +4,9 @@ their arguments as the single calls do."""
 import numpy as np
 import pytest
 
-from tinydiff import kernels as K
-from tinydiff import quant
-from tinydiff.ledger import Ledger
+from tinydiff.engine import kernels as K
+from tinydiff.engine import quant
+from tinydiff.measure.ledger import Ledger
 
 
 def data(seed, *shape):

@@ -16,11 +16,12 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tinydiff import kernels as K
-from tinydiff import quant
-from tinydiff import reference as R
+from tinydiff.engine import kernels as K
+from tinydiff.engine import quant
+from tinydiff.engine import reference as R
 
 TYPES = ["f16", "bf16", "q8_0", "q4_0"]
 BLOCKED = {"q8_0", "q4_0"}

@@ -1,4 +1,4 @@
-"""The pictures (tinydiff.plot): the roofline as well-formed SVG, points on the right side of the ridge,
+"""The pictures (tinydiff.measure.plot): the roofline as well-formed SVG, points on the right side of the ridge,
 PNG only with matplotlib, written atomically; a training log's loss curves."""
 import builtins
 import os
@@ -6,9 +6,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tinydiff import plot as P
 from tinydiff.errors import UsageError
-from tinydiff.roofline import Roofline
+from tinydiff.measure import plot as P
+from tinydiff.measure.roofline import Roofline
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 # 20 GB/s, 200 GFLOP/s: balance 10 FLOPs per byte

@@ -1,13 +1,14 @@
-"""tinydiff.quant: the weight types' layouts and rounding, checked against llama.cpp's conventions
+"""tinydiff.engine.quant: the weight types' layouts and rounding, checked against llama.cpp's conventions
 on hand-computed blocks and bit patterns, and against a line-by-line scalar transcription of
 ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref)."""
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tinydiff import quant
+from tinydiff.engine import quant
 from tinydiff.errors import UsageError
 
 ALL = list(quant.TYPES)

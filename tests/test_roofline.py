@@ -1,4 +1,4 @@
-"""The roofline measurement (tinydiff.roofline, csrc/roofline.c): tiny sizes so it runs in a blink.
+"""The roofline measurement (tinydiff.measure.roofline, csrc/roofline.c): tiny sizes so it runs in a blink.
 No timing is asserted, only that the numbers are there, the read loop reads every word, failures are
 named, and the cache behaves."""
 import json
@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from tinydiff import kernels as K
-from tinydiff import roofline as R
+from tinydiff.engine import kernels as K
 from tinydiff.errors import UsageError
+from tinydiff.measure import roofline as R
 
 TINY = dict(mem_bytes=1 << 20, llc_bytes=1 << 16, matmul_shape=(16, 32, 24))
 LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]

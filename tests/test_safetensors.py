@@ -11,7 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tinydiff.errors import ModelError
-from tinydiff.safetensors import load_checkpoint, open_safetensors, save_safetensors
+from tinydiff.formats.safetensors import (
+    load_checkpoint,
+    open_safetensors,
+    save_safetensors,
+)
 
 F32 = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
 F16 = np.array([[0.5, -1.25, 65504.0], [1e-3, 0.0, -0.0]], dtype=np.float16)

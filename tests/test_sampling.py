@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from tinydiff.decoding.generate import _split_at_stop, stream_text
+from tinydiff.decoding.sampling import Sampler, SamplingParams, distribution, penalize
 from tinydiff.errors import UsageError
-from tinydiff.generate import _split_at_stop, stream_text
-from tinydiff.sampling import Sampler, SamplingParams, distribution, penalize
 
 
 def params(**kw):

@@ -1,4 +1,4 @@
-"""tinydiff.tokenizer against Hugging Face `tokenizers`.
+"""tinydiff.formats.tokenizer against Hugging Face `tokenizers`.
 
 The fixtures in tests/fixtures/tokenizers/ (made by tests/fixtures/make_tokenizer_fixtures.py)
 hold four small trained tokenizers shaped like GPT-2, Llama-3, Qwen2 and a Roberta-like one
@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinydiff.errors import ModelError, UsageError
-from tinydiff.pretokenizer import Split, compile_regex
-from tinydiff.tokenizer import Tokenizer, bpe_merge
+from tinydiff.formats.pretokenizer import Split, compile_regex
+from tinydiff.formats.tokenizer import Tokenizer, bpe_merge
 
 try:  # only the comparison tests need it; tinydiff itself never imports it
     import tokenizers as hf

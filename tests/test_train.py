@@ -1,4 +1,4 @@
-"""The corpus reader (tinydiff/corpus.py) and the trainer (tinydiff/train.py) on a tiny config:
+"""The corpus reader (tinydiff/training/corpus.py) and the trainer (tinydiff/training/train.py) on a tiny config:
 the loss falls, a resumed run equals an uninterrupted one, the export reads back with the right
 tensor names and shapes, the mdm mask rate is t. Trainer tests need torch."""
 import csv
@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from tinydiff import corpus, train
 from tinydiff.errors import UsageError
+from tinydiff.training import corpus, train
 
 WORDS = ("Once upon a time there was a little girl named Lily . She loved to play with her big red "
          "ball , One day Tom went to the park and saw a dog . They were happy").split()
@@ -143,7 +143,7 @@ def expected_shapes(layers, d, hd, heads, kv, f, vocab):
 
 
 def test_export_reads_back(ar_run):
-    from tinydiff.safetensors import load_checkpoint
+    from tinydiff.formats.safetensors import load_checkpoint
     model = os.path.join(ar_run, "model")
     assert sorted(os.listdir(model)) == ["config.json", "model.safetensors", "tokenizer.json"]
     cfg = json.load(open(os.path.join(model, "config.json")))
@@ -163,7 +163,7 @@ def test_export_reads_back(ar_run):
 def test_export_matches_transformers(ar_run):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from tinydiff.safetensors import load_checkpoint
+    from tinydiff.formats.safetensors import load_checkpoint
     model = os.path.join(ar_run, "model")
     cfg = json.load(open(os.path.join(model, "config.json")))
     hf = transformers.LlamaForCausalLM.from_pretrained(model).eval()

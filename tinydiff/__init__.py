@@ -4,11 +4,11 @@
     model = tinydiff.load("weights/...")
     print(model.generate("Once upon a time", max_new_tokens=64))
 """
-from . import cost
 from .errors import ModelError, TinydiffError, UsageError
-from .ledger import Ledger
+from .formats.tokenizer import Tokenizer
+from .measure import cost
+from .measure.ledger import Ledger
 from .model import Model, load, set_threads
-from .tokenizer import Tokenizer
 
 __all__ = ["load", "Model", "Tokenizer", "Ledger", "cost", "set_threads", "TinydiffError", "UsageError", "ModelError"]
 __version__ = "0.1.0"

@@ -39,7 +39,8 @@ def _add_sampling_args(p):
 def _add_diffusion_args(p, visual=True):
     """A flag for each field of diffusion.Options that names one; None is spelled "none" here only."""
     from dataclasses import fields
-    from .diffusion import Options
+
+    from .decoding.diffusion import Options
     d = p.add_argument_group("masked diffusion")
     for f in fields(Options):
         if "flag" in f.metadata:
@@ -47,8 +48,10 @@ def _add_diffusion_args(p, visual=True):
             if "choices" in kw:
                 kw["choices"] = ["none" if c is None else c for c in kw["choices"]]
             default = "none" if "choices" in kw and f.default is None else f.default
-            d.add_argument(f.metadata["flag"], dest=f.name, default=None,
-                           help=f"{kw.pop('help')} (default {default})", **kw)
+            help = kw.pop("help") + ("" if default is None else f" (default {default})")
+            if "choices" not in kw:
+                kw["metavar"] = "N" if kw["type"] is int else "X"
+            d.add_argument(f.metadata["flag"], dest=f.name, default=None, help=help, **kw)
     if visual:
         d.add_argument("--visual", action="store_true", help="redraw the canvas in place as it denoises")
 
@@ -56,7 +59,8 @@ def _add_diffusion_args(p, visual=True):
 def diffusion_options(args):
     """The denoising keywords the flags set: only those given, "none" read as None."""
     from dataclasses import fields
-    from .diffusion import Options
+
+    from .decoding.diffusion import Options
     given = {f.name: getattr(args, f.name) for f in fields(Options)
              if "flag" in f.metadata and getattr(args, f.name) is not None}
     return {name: None if value == "none" else value for name, value in given.items()}
@@ -126,12 +130,12 @@ def build_parser():
     r.set_defaults(run=cmd_roofline)
 
     t = sub.add_parser("train", help="train a small model, autoregressive or masked diffusion (needs .[train])")
-    from .train import add_train_arguments
+    from .training.train import add_train_arguments
     add_train_arguments(t)
     t.set_defaults(run=cmd_train)
 
     e = sub.add_parser("eval", help="held-out bits per byte (AR exact, MDM ELBO), judge perplexity, KL --against")
-    from .evaluate import add_eval_arguments, run_eval
+    from .training.evaluate import add_eval_arguments, run_eval
     add_eval_arguments(e)
     e.set_defaults(run=run_eval)
 
@@ -181,7 +185,7 @@ def load_model(args):
 
 
 def cmd_generate(args):
-    from .generate import Timings
+    from .decoding.generate import Timings
     prompt = read_prompt(args)
     model = load_model(args)
     mode = args.mode or ("ar" if model.config.causal else "diffusion")
@@ -202,7 +206,7 @@ def cmd_generate(args):
 
 
 def run_diffusion(args, model, prompt, infill=False):
-    from .visual import LiveView
+    from .decoding.visual import LiveView
     options = diffusion_options(args)
     options["temperature"] = _or(args.temp, 0.0)
     options["seed"] = args.seed
@@ -238,10 +242,17 @@ def cmd_infill(args):
 
 
 def cmd_bench(args):
-    from .bench import HEADER, as_json, bench, parse_test, type_ratios, weight_bandwidth
-    from .cost_table import stored_as
+    from .measure.bench import (
+        HEADER,
+        as_json,
+        bench,
+        parse_test,
+        type_ratios,
+        weight_bandwidth,
+    )
+    from .measure.shapes import SHAPES, random_model
+    from .measure.table import stored_as
     from .model import load, set_threads
-    from .shapes import SHAPES, random_model
     if args.threads is not None:
         set_threads(args.threads)
     if args.repetitions < 1:
@@ -277,8 +288,8 @@ def cmd_bench(args):
 
 
 def _weight_types(text, command="cost"):
-    """[None] (the models as loaded), or the --type list checked against tinydiff.quant's names."""
-    from .quant import TYPES
+    """[None] (the models as loaded), or the --type list checked against tinydiff.engine.quant's names."""
+    from .engine.quant import TYPES
     if text is None:
         return [None]
     types = [t.strip() for t in text.split(",")]
@@ -290,7 +301,8 @@ def _weight_types(text, command="cost"):
 
 def cmd_cost(args):
     import dataclasses
-    from . import cost_table
+
+    from .measure import table as cost_table
     from .model import default_model_path, load, set_threads
     if args.threads is not None:
         set_threads(args.threads)
@@ -324,7 +336,7 @@ def cmd_cost(args):
                                                                                        eos="keep", **s)))
     print(cost_table.table(runs, roofline))
     if args.plot:
-        from .plot import roofline_svg
+        from .measure.plot import roofline_svg
         points = [(r.label, r.flops / len(r.passes), r.bytes / len(r.passes), r.seconds / len(r.passes))
                   for r in runs]
         points += cost_table.canvas_points(dm, [64, 256, 1024])
@@ -333,20 +345,20 @@ def cmd_cost(args):
 
 
 def _roofline(threads, remeasure=False):
-    from .roofline import load_or_measure
+    from .measure.roofline import load_or_measure
     return load_or_measure(threads, remeasure=remeasure)
 
 
 def cmd_roofline(args):
+    from .measure.roofline import report
     from .model import set_threads
-    from .roofline import report
     if args.threads is not None:
         set_threads(args.threads)
     print(report(_roofline(args.threads, args.remeasure)))
 
 
 def cmd_train(args):
-    from .train import run_train
+    from .training.train import run_train
     run_train(args)
 
 

@@ -7,10 +7,10 @@ which reads such files back.
 """
 import os
 
-from . import quant
+from .engine import quant
+from .engine.gguf_model import ARCHITECTURES, HF_ARCHITECTURES, permute_rows
 from .errors import UsageError
-from .gguf import FILE_TYPES, QUANTIZATION_VERSION, Planned, _fail, write_gguf
-from .gguf_model import ARCHITECTURES, HF_ARCHITECTURES, permute_rows
+from .formats.gguf import FILE_TYPES, QUANTIZATION_VERSION, Planned, _fail, write_gguf
 
 
 def convert(src, out, wtype="f16"):
@@ -20,9 +20,9 @@ def convert(src, out, wtype="f16"):
     stored as f16, as llama.cpp's converter falls back. Returns the names of those tensors.
 
     GGUF has one eos_token_id: a config.json listing several EOS ids keeps the first."""
-    from .config import load_config
-    from .safetensors import load_checkpoint
-    from .tokenizer import Tokenizer
+    from .engine.config import load_config
+    from .formats.safetensors import load_checkpoint
+    from .formats.tokenizer import Tokenizer
     if wtype not in FILE_TYPES:
         raise UsageError(f"unknown weight type {wtype!r}; choose one of {', '.join(FILE_TYPES)}")
     if not os.path.isdir(src):
@@ -84,7 +84,7 @@ def _special_tokens(cfg, tok, where):
 
 def _tensor_plans(cfg, ckpt, arch, wtype):
     """{GGUF name: Planned} in llama.cpp's order, and the names stored as f16 instead of wtype."""
-    from .weights import GGUF_NAMES, HF_NAMES, LLADA_NAMES
+    from .engine.weights import GGUF_NAMES, HF_NAMES, LLADA_NAMES
     hf_names = LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES
     d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
     layer = dict(input_layernorm=(d,), q_proj=(qd, d), k_proj=(kvd, d), v_proj=(kvd, d), o_proj=(d, qd),

@@ -12,17 +12,18 @@ import os
 
 import numpy as np
 
-from . import diffusion, kernels, quant
-from .diffusion import Options
-from .config import load_config
+from .decoding import diffusion
+from .decoding.diffusion import Options
+from .decoding.generate import decode_tokens, fit_context, stream_text
+from .decoding.sampling import SamplingParams
+from .engine import kernels, quant
+from .engine.config import load_config
+from .engine.gguf_model import load_gguf
+from .engine.transformer import Transformer
+from .engine.weights import load_weights
 from .errors import ModelError, UsageError
-from .generate import decode_tokens, fit_context, stream_text
-from .gguf_model import load_gguf
-from .safetensors import load_checkpoint
-from .sampling import SamplingParams
-from .tokenizer import Tokenizer
-from .transformer import Transformer
-from .weights import load_weights
+from .formats.safetensors import load_checkpoint
+from .formats.tokenizer import Tokenizer
 
 
 def set_threads(threads, where="threads"):
@@ -185,7 +186,7 @@ class Model:
         """The completion only, without the prompt, cut before any stop string."""
         return "".join(self.stream(prompt, max_new_tokens, stop, **sampling))
 
-    # -- masked diffusion (tinydiff/diffusion.py has the options and what they mean) ---------------
+    # -- masked diffusion (tinydiff/decoding/diffusion.py has the options and what they mean) ---------------
 
     def denoise_steps(self, ids, gen_length=128, fixed=None, **options):
         """Yields a diffusion.Step per forward pass, then the diffusion.Denoised. ids: the prompt, or

@@ -15,7 +15,7 @@ it moves (its arithmetic intensity) is memory-bound, and its roofline time is by
 above the balance it is compute-bound, time flops / peak. The same numbers from numpy (an int32
 max over the same array, one thread; a BLAS f32 matmul of the same shape) are kept for comparison.
 
-load_or_measure() caches results in $XDG_CACHE_HOME/tinydiff/roofline.json (~/.cache by default),
+load_or_measure() caches results in $XDG_CACHE_HOME/tinydiff/measure/roofline.json (~/.cache by default),
 one entry per CPU model and thread count. A measurement that fails (the big array cannot be
 allocated, say) is named in `failures` and the others still run; such a result is not cached.
 """
@@ -30,9 +30,9 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from tinydiff import kernels
-from tinydiff._kernels import ffi, lib
-from tinydiff.errors import UsageError
+from .._kernels import ffi, lib
+from ..engine import kernels
+from ..errors import UsageError
 
 GiB, MiB = 1 << 30, 1 << 20
 MATMUL_SHAPE = (1024, 1024, 1024)  # n, k, m: 2 GFLOP on 12 MiB, far above any machine's balance
@@ -248,7 +248,7 @@ def _measure(mem_bytes, llc_bytes, shape):
 # ---- the cache ----
 
 def cache_file():
-    """$XDG_CACHE_HOME/tinydiff/roofline.json, ~/.cache when XDG_CACHE_HOME is unset or relative."""
+    """$XDG_CACHE_HOME/tinydiff/measure/roofline.json, ~/.cache when XDG_CACHE_HOME is unset or relative."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):
         base = os.path.join(os.path.expanduser("~"), ".cache")

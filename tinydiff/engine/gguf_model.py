@@ -24,9 +24,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from .gguf import GGML_TYPES, INT_TYPES, _fail, open_gguf
-from .safetensors import _show
-
+from ..formats.gguf import GGML_TYPES, INT_TYPES, _fail, open_gguf
+from ..formats.safetensors import _show
 
 Arch = namedtuple("Arch", "permuted causal shifted")
 # The architectures tinydiff runs: whether llama.cpp's converter permutes their Q/K rows, and
@@ -41,7 +40,7 @@ HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "lla
 
 def load_gguf(path):
     """(Config, Weights, Tokenizer, stored bytes per type) of a GGUF model file."""
-    from .tokenizer import Tokenizer
+    from ..formats.tokenizer import Tokenizer
     from .weights import GGUF_NAMES, load_weights
     f = open_gguf(path)
     config = config_from_gguf(f)

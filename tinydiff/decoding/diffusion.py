@@ -35,7 +35,7 @@ alg_temp > 0 (Dream) draws the positions from softmax(confidence / alg_temp) wit
 Which token: temperature 0 is argmax, exactly and deterministically. temperature > 0 draws every
 position independently by Gumbel-max, argmax(logits / T + g) with g ~ Gumbel(0, 1) in float64 for
 every position and token (LLaDA notes that low-precision Gumbel noise hurts quality); top-k and
-top-p first restrict the token set, in tinydiff.sampling's order. The mask token is never chosen
+top-p first restrict the token set, in tinydiff.decoding.sampling's order. The mask token is never chosen
 (a committed mask would look masked again); with eos="suppress" neither are the EOS ids.
 
 cfg_scale > 0 is classifier-free guidance: a second canvas row with the prompt replaced by masks
@@ -66,9 +66,9 @@ from typing import Optional
 
 import numpy as np
 
-from . import cost, ledger
+from ..errors import UsageError
+from ..measure import cost, ledger
 from .sampling import gumbel_max, restrict
-from .errors import UsageError
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
 SCHEDULES = ("uniform", "timestep")

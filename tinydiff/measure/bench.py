@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .errors import UsageError
+from ..errors import UsageError
 from .ledger import Ledger
 
 
@@ -101,7 +101,7 @@ def timed(run):
 
 
 def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
-    from . import kernels
+    from ..engine import kernels
     from .roofline import predict_seconds
     rng = np.random.default_rng(seed)
     results = []

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from .errors import ModelError
+from ..errors import ModelError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "llada", "Dream")
 

@@ -1,5 +1,5 @@
 """Configs of real model shapes, for benchmarks with random weights (no download needed)."""
-from .config import config_from_dict
+from ..engine.config import config_from_dict
 
 SHAPES = {
     # llama2.c's stories15M
@@ -29,9 +29,9 @@ def shape_config(name):
 
 def random_model(name, seed=0, weight_type="f32"):
     """A Model of a real shape with random weights and no tokenizer (token ids only); its matrices
-    stored as weight_type (tinydiff.quant: f32, f16, bf16, q8_0, q4_0)."""
-    from .model import Model
-    from .weights import random_weights
+    stored as weight_type (tinydiff.engine.quant: f32, f16, bf16, q8_0, q4_0)."""
+    from ..engine.weights import random_weights
+    from ..model import Model
     cfg = shape_config(name)
     return Model(cfg, stored_as(random_weights(cfg, seed), weight_type), tokenizer=None)
 
@@ -39,8 +39,8 @@ def random_model(name, seed=0, weight_type="f32"):
 def stored_as(weights, weight_type):
     """Weights with every matrix stored as weight_type (from whatever type it has); the vectors
     (norms, biases) stay f32 and a tied LM head stays the embedding itself."""
-    from . import quant
-    from .weights import LayerWeights, Weights
+    from ..engine import quant
+    from ..engine.weights import LayerWeights, Weights
 
     def q(a):
         return quant.quantize(a, weight_type) if a is not None and a.ndim == 2 else a

@@ -6,7 +6,7 @@
     tinydiff eval -m Q8_DIR  --against F32_DIR --data valid.txt       # KL(ref || model), top-1 agreement
     tinydiff eval -m AR_DIR  --bigram train.txt --data valid.txt      # the baseline: a bigram, same tokens
 
-What is scored. The data file is read into stories by tinydiff.corpus (the trainer's reader, mojibake
+What is scored. The data file is read into stories by tinydiff.training.corpus (the trainer's reader, mojibake
 repaired). Training packs shuffled stories as `story <|endoftext|> story <|endoftext|> ...`, every
 sequence starting at a story start, so a story is scored as the sequence
 
@@ -71,8 +71,9 @@ from typing import Optional
 
 import numpy as np
 
-from . import corpus, diffusion
-from .errors import ModelError, UsageError
+from ..decoding import diffusion
+from ..errors import ModelError, UsageError
+from . import corpus
 
 BATCH_POSITIONS = 4096      # positions per batched causal pass: logits stay 4096 x V float32
 PREV_CONTEXT = 64           # tokens of the previous story given before a story's EOT (docstring)
@@ -472,7 +473,7 @@ def reference_row(model, judge, stories, gen_length):
 # The command
 
 def _load(path, threads, what):
-    from .model import default_model_path, load
+    from ..model import default_model_path, load
     return load(path or default_model_path(what), threads=threads)
 
 

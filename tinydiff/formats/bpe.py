@@ -173,7 +173,7 @@ def save_tokenizer_json(obj, path):
 
 class BPE:
     """Encodes and decodes with a tokenizer.json made by train_bpe: what the trainer needs to turn
-    its corpus into ids. (tinydiff.tokenizer reads any byte-level tokenizer.json; this one knows
+    its corpus into ids. (tinydiff.formats.tokenizer reads any byte-level tokenizer.json; this one knows
     only the layout train_bpe writes.)"""
 
     def __init__(self, obj):

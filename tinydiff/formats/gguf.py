@@ -27,8 +27,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import quant
-from .errors import ModelError
+from ..engine import quant
+from ..errors import ModelError
 from .safetensors import _show, _write_atomically
 
 MAGIC = b"GGUF"

@@ -17,7 +17,7 @@ quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match ll
 """
 import numpy as np
 
-from .errors import UsageError
+from ..errors import UsageError
 
 QK = 32                                                        # weights per block
 BF16 = np.dtype([("bf16", "<u2")])                             # 2 bytes

@@ -1,7 +1,7 @@
-"""Plain NumPy versions of every kernel in tinydiff.kernels, with the same signatures.
+"""Plain NumPy versions of every kernel in tinydiff.engine.kernels, with the same signatures.
 
 Written to be read, not to be fast: the tests check the C kernels against these. Shapes follow
-tinydiff.kernels; all math is float32 like the kernels (and like HF's float32 forward).
+tinydiff.engine.kernels; all math is float32 like the kernels (and like HF's float32 forward).
 """
 import os
 

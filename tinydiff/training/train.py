@@ -49,8 +49,9 @@ import time
 
 import numpy as np
 
-from . import bpe, corpus
-from .errors import UsageError
+from ..errors import UsageError
+from ..formats import bpe
+from . import corpus
 
 EOT, MASK = "<|endoftext|>", "<|mask|>"
 MDM_EPS = 1e-3          # smallest mask rate drawn: keeps the 1/t weight finite
@@ -462,7 +463,7 @@ def model_config(args, eot, mask, vocab_size):
 def export(torch, model, cfg, tokenizer_obj, args, out_dir):
     """Writes config.json, model.safetensors, tokenizer.json into a temporary folder beside
     out_dir, then swaps it in: out_dir is always a whole export or absent."""
-    from .safetensors import save_safetensors
+    from ..formats.safetensors import save_safetensors
     parent = os.path.dirname(os.path.abspath(out_dir))
     tmp = tempfile.mkdtemp(dir=parent, prefix=".export-")
     tensors, dtypes = {}, {}
@@ -509,7 +510,7 @@ def open_log(path, resume_step):
 
 def draw_losses(out, title):
     """OUT/loss.svg from OUT/log.csv (the model cards show it)."""
-    from .plot import loss_svg
+    from ..measure.plot import loss_svg
     with open(os.path.join(out, "log.csv"), newline="") as f:
         loss_svg(list(csv.DictReader(f)), f"{title}: loss per token", os.path.join(out, "loss.svg"))
 

@@ -2,7 +2,7 @@
 
 Inputs are read as float32 C-contiguous arrays: one that already is one is passed zero-copy
 (weights are never copied); anything else (float64, int, a strided slice) is copied explicitly
-first. Weights may also be of another weight type (tinydiff.quant: f16, bf16, Q8_0, Q4_0), read in
+first. Weights may also be of another weight type (tinydiff.engine.quant: f16, bf16, Q8_0, Q4_0), read in
 place in their own type; those must be C-contiguous. `out` must already be right (float32,
 C-contiguous, writable, the result's shape) or ValueError is raised; results are never written to
 a copy. out may be the input itself for the elementwise/row kernels (rmsnorm, softmax, silu_mul),
@@ -14,17 +14,18 @@ Threads: a persistent pool of physical_cores() threads, or TINYDIFF_THREADS if s
 SIMD: AVX-512 or AVX2+FMA kernels when the CPU has them (simd() says which), else plain C; on the
 AVX-512 path, the int8 and bf16 dot products use AVX512_VNNI and AVX512_BF16 when the CPU has them
 (simd_extensions()).
-Signatures and meaning match tinydiff.reference, the plain NumPy version.
+Signatures and meaning match tinydiff.engine.reference, the plain NumPy version.
 """
 import math
 import os
 
 import numpy as np
 
-from tinydiff import cost, ledger, quant
-from tinydiff._kernels import ffi, lib
-from tinydiff.errors import UsageError
-from tinydiff.reference import physical_cores
+from .._kernels import ffi, lib
+from ..errors import UsageError
+from ..measure import cost, ledger
+from . import quant
+from .reference import physical_cores
 
 __all__ = ["set_threads", "get_threads", "physical_cores", "simd", "simd_extensions",
            "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
@@ -100,7 +101,7 @@ def _p(a):
 def matmul(x, w, out=None, op="matmul", residual=False):
     """out[..., m] = x[..., k] @ w[m, k].T (w in HF layout: out_features x in_features).
 
-    w: float32 (or anything that converts to it), or a weight type of tinydiff.quant read as it
+    w: float32 (or anything that converts to it), or a weight type of tinydiff.engine.quant read as it
     is stored (Q8_0 / Q4_0: [m, k/32] blocks; x is then quantized to Q8_0 first, as llama.cpp does).
     residual: out (given) is the residual stream: out += x @ w.T, the add booked under 'residual'.
     op: the operation the cost is booked under when a Ledger is open (as in every kernel here)."""

@@ -14,8 +14,8 @@ import math
 import os
 from xml.sax.saxutils import escape, quoteattr
 
-from tinydiff.errors import UsageError
-from tinydiff.roofline import write_atomic
+from ..errors import UsageError
+from .roofline import write_atomic
 
 W, H = 760, 500                            # canvas, px
 LEFT, RIGHT, TOP, BOTTOM = 70, 30, 40, 56  # margins around the plot area, px

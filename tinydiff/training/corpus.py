@@ -14,7 +14,7 @@ paragraphs joined by a single newline, no leading or trailing whitespace.
 """
 import re
 
-from .errors import UsageError
+from ..errors import UsageError
 
 EOT = "<|endoftext|>"
 

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .errors import UsageError
+from ..errors import UsageError
 from .sampling import Sampler
 
 

@@ -19,8 +19,14 @@ import heapq
 import json
 import unicodedata
 
-from .errors import ModelError, UsageError
-from .pretokenizer import (CHAR_TO_BYTE, WHITE_SPACE_CHARS, ByteLevel, Split, compile_regex)
+from ..errors import ModelError, UsageError
+from .pretokenizer import (
+    CHAR_TO_BYTE,
+    WHITE_SPACE_CHARS,
+    ByteLevel,
+    Split,
+    compile_regex,
+)
 
 BPE_CACHE_SIZE = 1 << 16  # pre-tokens whose BPE result is kept (cleared when full)
 BOS_NAMES = ("<|begin_of_text|>", "<s>", "<|startoftext|>", "<bos>")

@@ -15,8 +15,8 @@ from typing import Optional
 
 import numpy as np
 
-from . import cost, ledger
-from .errors import UsageError
+from ..errors import UsageError
+from ..measure import cost, ledger
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .errors import ModelError
+from ..errors import ModelError
 
 MAX_HEADER = 100_000_000  # the reference reader's limit: a bigger "header" is garbage or an attack
 MAX_NDIM = 32             # far beyond any real tensor, and within what every numpy can build

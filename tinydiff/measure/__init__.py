@@ -1,0 +1,3 @@
+"""What a pass costs and how fast it runs: the FLOP and byte formulas (cost), the ledger the
+kernels book them into, the machine's roofline, `tinydiff cost` and `tinydiff bench`, and the
+real model shapes they run with random weights."""
