@@ -19,9 +19,10 @@ import time
 import numpy as np
 
 import tinydiff
-from tinydiff.engine import kernels, quant
+from tinydiff.engine import kernels
+from tinydiff.engine.ledger import Ledger
+from tinydiff.formats import quant
 from tinydiff.measure import bench
-from tinydiff.measure.ledger import Ledger
 from tinydiff.measure.shapes import SHAPES, random_model
 
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0"]

@@ -21,8 +21,8 @@ import numpy as np
 
 import tinydiff
 from tinydiff.engine import kernels
+from tinydiff.engine.ledger import Ledger
 from tinydiff.measure import bench
-from tinydiff.measure.ledger import Ledger
 from tinydiff.measure.shapes import SHAPES, random_model
 
 

@@ -1,4 +1,4 @@
-"""The ledger of real runs against the pencil-and-paper cost model (tinydiff.measure.cost.forward)."""
+"""The ledger of real runs against the pencil-and-paper cost model (tinydiff.engine.cost.forward)."""
 import dataclasses
 import os
 import threading
@@ -6,9 +6,9 @@ import threading
 import pytest
 
 import tinydiff
-from tinydiff.engine import quant
-from tinydiff.measure import cost
-from tinydiff.measure.ledger import Ledger
+from tinydiff.engine import cost
+from tinydiff.engine.ledger import Ledger
+from tinydiff.formats import quant
 from tinydiff.measure.shapes import stored_as
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")

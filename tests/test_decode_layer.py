@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from tinydiff.engine import kernels as K
-from tinydiff.engine import quant, transformer
+from tinydiff.engine import transformer
 from tinydiff.engine.config import config_from_dict
+from tinydiff.engine.ledger import Ledger
 from tinydiff.engine.weights import random_weights
-from tinydiff.measure.ledger import Ledger
+from tinydiff.formats import quant
 from tinydiff.measure.shapes import stored_as
 from tinydiff.model import Model
 

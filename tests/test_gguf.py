@@ -24,10 +24,11 @@ from hypothesis import strategies as st
 
 import tinydiff
 from tinydiff.convert import convert
-from tinydiff.engine import kernels, quant
+from tinydiff.engine import kernels
 from tinydiff.engine.gguf_model import permute_rows
 from tinydiff.engine.weights import GGUF_NAMES, HF_NAMES, LayerWeights, Weights
 from tinydiff.errors import ModelError
+from tinydiff.formats import quant
 from tinydiff.formats.gguf import open_gguf, write_gguf
 from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
 from tinydiff.formats.tokenizer import GGUF_PRE, Tokenizer

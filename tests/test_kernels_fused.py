@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from tinydiff.engine import kernels as K
-from tinydiff.engine import quant
-from tinydiff.measure.ledger import Ledger
+from tinydiff.engine.ledger import Ledger
+from tinydiff.formats import quant
 
 
 def data(seed, *shape):

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tinydiff.engine import kernels as K
-from tinydiff.engine import quant
 from tinydiff.engine import reference as R
+from tinydiff.formats import quant
 
 TYPES = ["f16", "bf16", "q8_0", "q4_0"]
 BLOCKED = {"q8_0", "q4_0"}

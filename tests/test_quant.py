@@ -1,4 +1,4 @@
-"""tinydiff.engine.quant: the weight types' layouts and rounding, checked against llama.cpp's conventions
+"""tinydiff.formats.quant: the weight types' layouts and rounding, checked against llama.cpp's conventions
 on hand-computed blocks and bit patterns, and against a line-by-line scalar transcription of
 ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref)."""
 import math
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinydiff.engine import quant
 from tinydiff.errors import UsageError
+from tinydiff.formats import quant
 
 ALL = list(quant.TYPES)
 

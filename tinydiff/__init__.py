@@ -4,10 +4,10 @@
     model = tinydiff.load("weights/...")
     print(model.generate("Once upon a time", max_new_tokens=64))
 """
+from .engine import cost
+from .engine.ledger import Ledger
 from .errors import ModelError, TinydiffError, UsageError
 from .formats.tokenizer import Tokenizer
-from .measure import cost
-from .measure.ledger import Ledger
 from .model import Model, load, set_threads
 
 __all__ = ["load", "Model", "Tokenizer", "Ledger", "cost", "set_threads", "TinydiffError", "UsageError", "ModelError"]

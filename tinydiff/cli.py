@@ -288,8 +288,8 @@ def cmd_bench(args):
 
 
 def _weight_types(text, command="cost"):
-    """[None] (the models as loaded), or the --type list checked against tinydiff.engine.quant's names."""
-    from .engine.quant import TYPES
+    """[None] (the models as loaded), or the --type list checked against tinydiff.formats.quant's names."""
+    from .formats.quant import TYPES
     if text is None:
         return [None]
     types = [t.strip() for t in text.split(",")]

@@ -7,9 +7,9 @@ which reads such files back.
 """
 import os
 
-from .engine import quant
 from .engine.gguf_model import ARCHITECTURES, HF_ARCHITECTURES, permute_rows
 from .errors import UsageError
+from .formats import quant
 from .formats.gguf import FILE_TYPES, QUANTIZATION_VERSION, Planned, _fail, write_gguf
 
 

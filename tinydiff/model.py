@@ -16,12 +16,13 @@ from .decoding import diffusion
 from .decoding.diffusion import Options
 from .decoding.generate import decode_tokens, fit_context, stream_text
 from .decoding.sampling import SamplingParams
-from .engine import kernels, quant
+from .engine import kernels
 from .engine.config import load_config
 from .engine.gguf_model import load_gguf
 from .engine.transformer import Transformer
 from .engine.weights import load_weights
 from .errors import ModelError, UsageError
+from .formats import quant
 from .formats.safetensors import load_checkpoint
 from .formats.tokenizer import Tokenizer
 

@@ -66,8 +66,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..engine import cost, ledger
 from ..errors import UsageError
-from ..measure import cost, ledger
 from .sampling import gumbel_max, restrict
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")

@@ -15,8 +15,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..engine import cost, ledger
 from ..errors import UsageError
-from ..measure import cost, ledger
 
 
 @dataclass(frozen=True)

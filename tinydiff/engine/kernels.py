@@ -2,7 +2,7 @@
 
 Inputs are read as float32 C-contiguous arrays: one that already is one is passed zero-copy
 (weights are never copied); anything else (float64, int, a strided slice) is copied explicitly
-first. Weights may also be of another weight type (tinydiff.engine.quant: f16, bf16, Q8_0, Q4_0), read in
+first. Weights may also be of another weight type (tinydiff.formats.quant: f16, bf16, Q8_0, Q4_0), read in
 place in their own type; those must be C-contiguous. `out` must already be right (float32,
 C-contiguous, writable, the result's shape) or ValueError is raised; results are never written to
 a copy. out may be the input itself for the elementwise/row kernels (rmsnorm, softmax, silu_mul),
@@ -23,8 +23,8 @@ import numpy as np
 
 from .._kernels import ffi, lib
 from ..errors import UsageError
-from ..measure import cost, ledger
-from . import quant
+from ..formats import quant
+from . import cost, ledger
 from .reference import physical_cores
 
 __all__ = ["set_threads", "get_threads", "physical_cores", "simd", "simd_extensions",
@@ -101,7 +101,7 @@ def _p(a):
 def matmul(x, w, out=None, op="matmul", residual=False):
     """out[..., m] = x[..., k] @ w[m, k].T (w in HF layout: out_features x in_features).
 
-    w: float32 (or anything that converts to it), or a weight type of tinydiff.engine.quant read as it
+    w: float32 (or anything that converts to it), or a weight type of tinydiff.formats.quant read as it
     is stored (Q8_0 / Q4_0: [m, k/32] blocks; x is then quantized to Q8_0 first, as llama.cpp does).
     residual: out (given) is the residual stream: out += x @ w.T, the add booked under 'residual'.
     op: the operation the cost is booked under when a Ledger is open (as in every kernel here)."""

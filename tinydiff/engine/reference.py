@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from . import quant
+from ..formats import quant
 
 _threads = 1
 

@@ -17,8 +17,8 @@ H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_s
 """
 import numpy as np
 
-from ..measure import ledger
 from . import kernels as K
+from . import ledger
 
 
 def rope_inv_freq(cfg):

@@ -27,8 +27,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..engine import quant
 from ..errors import ModelError
+from . import quant
 from .safetensors import _show, _write_atomically
 
 MAGIC = b"GGUF"

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..engine.ledger import Ledger
 from ..errors import UsageError
-from .ledger import Ledger
 
 
 @dataclass

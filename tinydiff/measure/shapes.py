@@ -29,7 +29,7 @@ def shape_config(name):
 
 def random_model(name, seed=0, weight_type="f32"):
     """A Model of a real shape with random weights and no tokenizer (token ids only); its matrices
-    stored as weight_type (tinydiff.engine.quant: f32, f16, bf16, q8_0, q4_0)."""
+    stored as weight_type (tinydiff.formats.quant: f32, f16, bf16, q8_0, q4_0)."""
     from ..engine.weights import random_weights
     from ..model import Model
     cfg = shape_config(name)
@@ -39,8 +39,8 @@ def random_model(name, seed=0, weight_type="f32"):
 def stored_as(weights, weight_type):
     """Weights with every matrix stored as weight_type (from whatever type it has); the vectors
     (norms, biases) stay f32 and a tied LM head stays the embedding itself."""
-    from ..engine import quant
     from ..engine.weights import LayerWeights, Weights
+    from ..formats import quant
 
     def q(a):
         return quant.quantize(a, weight_type) if a is not None and a.ndim == 2 else a

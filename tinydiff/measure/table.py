@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ledger import Ledger
+from ..engine.ledger import Ledger
 from .roofline import predict_seconds
 
 

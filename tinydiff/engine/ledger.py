@@ -50,7 +50,7 @@ def begin_pass(tokens):
 
 
 def book(op, cost):
-    """Books one operation's cost, (flops, {byte kind: bytes}) as tinydiff.measure.cost gives it, in the
+    """Books one operation's cost, (flops, {byte kind: bytes}) as tinydiff.engine.cost gives it, in the
     current pass of every open ledger."""
     for led in _local.stack:
         led._log.append((op, cost))
