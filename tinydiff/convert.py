@@ -10,7 +10,8 @@ import os
 from .engine.gguf_model import ARCHITECTURES, HF_ARCHITECTURES, permute_rows
 from .errors import UsageError
 from .formats import quant
-from .formats.gguf import FILE_TYPES, QUANTIZATION_VERSION, Planned, _fail, write_gguf
+from .formats.files import fail
+from .formats.gguf import FILE_TYPES, QUANTIZATION_VERSION, Planned, write_gguf
 
 
 def convert(src, out, wtype="f16"):
@@ -26,14 +27,14 @@ def convert(src, out, wtype="f16"):
     if wtype not in FILE_TYPES:
         raise UsageError(f"unknown weight type {wtype!r}; choose one of {', '.join(FILE_TYPES)}")
     if not os.path.isdir(src):
-        _fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
+        fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
     cfg = load_config(src)
     arch = HF_ARCHITECTURES[cfg.model_type]     # load_config refused any other model_type
     ckpt = load_checkpoint(src)
     tok_path = os.path.join(src, "tokenizer.json")
     tok = Tokenizer.from_file(tok_path)
     if tok.vocab_size > cfg.vocab_size:
-        _fail(src, f"tokenizer.json has {tok.vocab_size} tokens but the model's vocab_size is {cfg.vocab_size}")
+        fail(src, f"tokenizer.json has {tok.vocab_size} tokens but the model's vocab_size is {cfg.vocab_size}")
     metadata = {**_config_metadata(cfg, arch, wtype, os.path.basename(os.path.abspath(src))),
                 **tok.gguf_metadata(cfg.vocab_size, tok_path), **_special_tokens(cfg, tok, tok_path)}
     tensors, fallbacks = _tensor_plans(cfg, ckpt, arch, wtype)
@@ -70,7 +71,7 @@ def _config_metadata(cfg, arch, wtype, name):
 def _special_tokens(cfg, tok, where):
     """BOS/EOS/mask ids, and whether encoding adds BOS/EOS (the tokenizer's template)."""
     if len(tok.prefix_ids) > 1 or len(tok.suffix_ids) > 1:
-        _fail(where, "the post-processor adds more than one token before or after the text, which "
+        fail(where, "the post-processor adds more than one token before or after the text, which "
                      "GGUF's add_bos_token / add_eos_token cannot say")
     bos = tok.prefix_ids[0] if tok.prefix_ids else cfg.bos_token_id
     eos = tok.suffix_ids[0] if tok.suffix_ids else (cfg.eos_token_ids or (tok.eos_id,))[0]

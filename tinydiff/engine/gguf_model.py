@@ -24,8 +24,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..formats.gguf import GGML_TYPES, INT_TYPES, _fail, open_gguf
-from ..formats.safetensors import _show
+from ..formats.files import fail, show
+from ..formats.gguf import GGML_TYPES, INT_TYPES, open_gguf
 
 Arch = namedtuple("Arch", "permuted causal shifted")
 # The architectures tinydiff runs: whether llama.cpp's converter permutes their Q/K rows, and
@@ -47,14 +47,14 @@ def load_gguf(path):
     weights = load_weights(config, f, GGUF_NAMES)
     unused = [name for name in f.names if name not in f.used]
     if unused:   # rope_freqs.weight (Llama 3.1's RoPE scaling), a bias we do not add, ...
-        _fail(path, f"tensor {_show(unused[0])} is not part of a {config.model_type} model as tinydiff runs it"
+        fail(path, f"tensor {show(unused[0])} is not part of a {config.model_type} model as tinydiff runs it"
                     f"{f' (nor are {len(unused) - 1} more)' if len(unused) > 1 else ''}")
     if ARCHITECTURES[config.model_type].permuted:   # back to HF's row order, which our RoPE expects
         H, KVH = config.num_attention_heads, config.num_key_value_heads
         for lw in weights.layers:
             lw.q_proj, lw.q_bias = permute_rows(lw.q_proj, H, True), permute_rows(lw.q_bias, H, True)
             lw.k_proj, lw.k_bias = permute_rows(lw.k_proj, KVH, True), permute_rows(lw.k_bias, KVH, True)
-    tokenizer = Tokenizer.from_gguf(f.metadata, _show(path))
+    tokenizer = Tokenizer.from_gguf(f.metadata, show(path))
     return config, weights, tokenizer, f.stored_bytes()
 
 
@@ -77,38 +77,38 @@ def config_from_gguf(f):
     def get(key, kind, default=None):
         if key not in meta:
             if default is None:
-                _fail(f.path, f"metadata key {key} missing")
+                fail(f.path, f"metadata key {key} missing")
             return default
         value, stored = meta[key], kinds[key]
         ok = {int: stored in INT_TYPES, float: stored in INT_TYPES + ("float32", "float64"),
               bool: stored == "bool", str: stored == "string"}[kind]
         if not ok:
-            _fail(f.path, f"metadata {key} should be {kind.__name__}, got {stored} {_show(value)}")
+            fail(f.path, f"metadata {key} should be {kind.__name__}, got {stored} {show(value)}")
         return kind(value)
 
     arch = get("general.architecture", str)
     if arch not in ARCHITECTURES:
-        _fail(f.path, f"architecture {_show(arch)} not supported (supported: {', '.join(ARCHITECTURES)})")
+        fail(f.path, f"architecture {show(arch)} not supported (supported: {', '.join(ARCHITECTURES)})")
     a, defaults = arch + ".", ARCHITECTURES[arch]
     _check_unsupported(f, a, get)
     d = get(a + "embedding_length", int)
     n_heads = get(a + "attention.head_count", int)
     head_dim = get(a + "attention.key_length", int, 0) or (d // n_heads if n_heads else 0)
     if get(a + "attention.value_length", int, head_dim) != head_dim:
-        _fail(f.path, f"{a}attention.value_length differs from the key length {head_dim}: not supported")
+        fail(f.path, f"{a}attention.value_length differs from the key length {head_dim}: not supported")
     if get(a + "rope.dimension_count", int, head_dim) != head_dim:
-        _fail(f.path, f"{a}rope.dimension_count {meta[a + 'rope.dimension_count']} is not the head size "
+        fail(f.path, f"{a}rope.dimension_count {meta[a + 'rope.dimension_count']} is not the head size "
                       f"{head_dim}: partial RoPE is not supported")
     theta, eps = get(a + "rope.freq_base", float, 10000.0), get(a + "attention.layer_norm_rms_epsilon", float)
     if not (math.isfinite(theta) and theta > 0 and math.isfinite(eps) and eps >= 0):
-        _fail(f.path, f"{a}rope.freq_base {theta} or layer_norm_rms_epsilon {eps} is not a usable number")
+        fail(f.path, f"{a}rope.freq_base {theta} or layer_norm_rms_epsilon {eps} is not a usable number")
     vocab = _vocab_size(f, a, get)
     tok = "tokenizer.ggml."
     ids = {key: get(tok + key, int, -1) for key in ("bos_token_id", "eos_token_id", "eot_token_id",
                                                     "eom_token_id", "mask_token_id")}
     for key, i in ids.items():
         if i >= vocab:
-            _fail(f.path, f"{tok}{key} {i} is outside the vocabulary of {vocab} tokens")
+            fail(f.path, f"{tok}{key} {i} is outside the vocabulary of {vocab} tokens")
     counts = {}
     for t in f.tensors.values():
         if len(t.ne) == 2:
@@ -136,17 +136,17 @@ def config_from_gguf(f):
         mask_token_id=ids["mask_token_id"] if ids["mask_token_id"] >= 0 else None,
         dtype=max(counts, key=counts.get).lower() if counts else "f32",
     )
-    check_shapes(cfg, _show(f.path))
+    check_shapes(cfg, show(f.path))
     return cfg
 
 
 def _check_unsupported(f, a, get):
     scaling = get(a + "rope.scaling.type", str, "none")
     if scaling != "none" or get(a + "rope.scale_linear", float, 1.0) != 1.0:
-        _fail(f.path, f"{a}rope.scaling.type {_show(scaling)}: RoPE scaling is not supported")
+        fail(f.path, f"{a}rope.scaling.type {show(scaling)}: RoPE scaling is not supported")
     for key in ("attention.sliding_window", "expert_count"):
         if get(a + key, int, 0):
-            _fail(f.path, f"{a}{key} {f.metadata[a + key]}: not supported")
+            fail(f.path, f"{a}{key} {f.metadata[a + key]}: not supported")
 
 
 def _vocab_size(f, a, get):
@@ -154,6 +154,6 @@ def _vocab_size(f, a, get):
     tokens = f.metadata.get("tokenizer.ggml.tokens")
     n = len(tokens) if isinstance(tokens, list) else f.shape("token_embd.weight")[0]
     if get(a + "vocab_size", int, n) != n:
-        _fail(f.path, f"{a}vocab_size {f.metadata[a + 'vocab_size']} differs from the {n} tokens of "
+        fail(f.path, f"{a}vocab_size {f.metadata[a + 'vocab_size']} differs from the {n} tokens of "
                       "tokenizer.ggml.tokens")
     return n

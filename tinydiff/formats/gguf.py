@@ -20,16 +20,14 @@ gguf_model.py maps a file to tinydiff's Config and Weights, convert.py writes on
 Face folder.
 """
 import math
-import mmap
 import os
 import struct
 from collections import namedtuple
 
 import numpy as np
 
-from ..errors import ModelError
 from . import quant
-from .safetensors import _show, _write_atomically
+from .files import TensorTable, fail, map_file, show, write_atomically
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -70,10 +68,6 @@ FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
 TensorInfo = namedtuple("TensorInfo", "name type ne offset nbytes")  # type: ggml code; ne: dims as stored
 
 
-def _fail(path, what):
-    raise ModelError(f"{_show(os.fspath(path))}: {what}")
-
-
 def _pad(n, alignment):
     return -n % alignment
 
@@ -82,49 +76,37 @@ def _pad(n, alignment):
 # Reading
 
 
-class GGUFFile:
+class GGUFFile(TensorTable):
     """One GGUF file, mapped read-only. metadata: key -> value (int, float, bool, str or list);
     value_types: key -> "uint32", "string", "array[string]", ...; arrays come back as views into
     the map (F32 and F16 as float32/float16, the rest as quant.py's dtypes)."""
 
     def __init__(self, path, buf, version, metadata, value_types, tensors, alignment, data_start):
-        self.path = path
+        super().__init__(path, tensors)   # name -> TensorInfo, in file order
+        self.tensors = tensors
         self.version = version
         self.metadata = metadata
         self.value_types = value_types
-        self.tensors = tensors            # name -> TensorInfo, in file order
         self.alignment = alignment
         self.data_start = data_start      # file offset of the data section
         self.used = set()                 # the names expect() handed out
         self._buf = buf
 
-    @property
-    def names(self):
-        return list(self.tensors)
-
-    def __contains__(self, name):
-        return name in self.tensors
-
-    def _info(self, name):
-        if name not in self.tensors:
-            _fail(self.path, f"tensor {_show(name)} missing")
-        return self.tensors[name]
-
     def type_name(self, name):
         """"F32", "Q8_0", ... as llama.cpp spells ggml types."""
-        return GGML_TYPES[self._info(name).type][0]
+        return GGML_TYPES[self.entry(name).type][0]
 
     def shape(self, name):
         """The numpy shape in weights (ne reversed), whatever the storage type."""
-        return tuple(reversed(self._info(name).ne))
+        return tuple(reversed(self.entry(name).ne))
 
     def raw(self, name):
         """A read-only view of the tensor in its stored type: [..., k] for F32/F16/BF16,
         [..., k/32] blocks for Q8_0/Q4_0."""
-        t = self._info(name)
+        t = self.entry(name)
         type_name, block, _ = GGML_TYPES[t.type]
         if type_name not in STORAGE:
-            _fail(self.path, f"tensor {_show(name)}: type {type_name} not supported "
+            fail(self.path, f"tensor {show(name)}: type {type_name} not supported "
                              f"(tinydiff reads {', '.join(STORAGE)})")
         dtype = quant.TYPES[type_name.lower()]
         shape = self.shape(name)
@@ -138,7 +120,7 @@ class GGUFFile:
         widened), a vector (norms, biases) as float32, which is all the kernels take for them."""
         got, want = self.shape(name), tuple(int(d) for d in shape)
         if got != want:
-            _fail(self.path, f"tensor {_show(name)} has shape {got}, expected {want}")
+            fail(self.path, f"tensor {show(name)} has shape {got}, expected {want}")
         a = self.raw(name)
         self.used.add(name)
         return quant.dequantize(a) if len(want) == 1 else a
@@ -159,7 +141,7 @@ class _Reader:
         self.path, self.buf, self.pos, self.size = path, buf, 0, len(buf)
 
     def fail(self, what):
-        _fail(self.path, what)
+        fail(self.path, what)
 
     def take(self, n, what):
         if n > self.size - self.pos:
@@ -220,7 +202,7 @@ class _Reader:
 def open_gguf(path):
     """Maps and validates a GGUF file (version 2 or 3, little-endian)."""
     path = os.fspath(path)
-    r = _Reader(path, _map_file(path))
+    r = _Reader(path, map_file(path, 24, "a GGUF header"))
     if bytes(r.buf[:4]) != MAGIC:
         r.fail(f"not a GGUF file (starts with {bytes(r.buf[:4])!r}, expected {MAGIC!r})")
     r.pos = 4
@@ -248,29 +230,14 @@ def open_gguf(path):
     return GGUFFile(path, r.buf, version, metadata, value_types, tensors, alignment, data_start)
 
 
-def _map_file(path):
-    if not os.path.exists(path):
-        _fail(path, "file not found")
-    if not os.path.isfile(path):
-        _fail(path, "not a regular file")
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 24:
-                _fail(path, f"file is {size} bytes, too short for a GGUF header")
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        _fail(path, f"cannot read: {e.strerror}")
-
-
 def _read_metadata(r, n_kv):
     metadata, value_types = {}, {}
     for i in range(n_kv):
         key = r.string(f"metadata key {i}")
         if key in metadata:
-            r.fail(f"metadata key {_show(key)} appears twice")
-        code = r.scalar("<I", f"metadata {_show(key)}'s type")
-        metadata[key], value_types[key] = r.value(code, f"metadata {_show(key)}")
+            r.fail(f"metadata key {show(key)} appears twice")
+        code = r.scalar("<I", f"metadata {show(key)}'s type")
+        metadata[key], value_types[key] = r.value(code, f"metadata {show(key)}")
     return metadata, value_types
 
 
@@ -287,7 +254,7 @@ def _read_tensor_infos(r, n_tensors, alignment):
     tensors = {}
     for i in range(n_tensors):
         name = r.string(f"tensor {i}'s name")
-        where = f"tensor {_show(name)}"
+        where = f"tensor {show(name)}"
         if len(name.encode("utf-8")) > MAX_NAME:
             r.fail(f"{where}: name longer than {MAX_NAME} bytes")
         if name in tensors:
@@ -320,10 +287,10 @@ def _check_data_ranges(r, tensors, data_start):
     prev = None
     for t in sorted(tensors.values(), key=lambda t: (t.offset, t.nbytes)):
         if t.offset > data_len or t.nbytes > data_len - t.offset:
-            r.fail(f"tensor {_show(t.name)}: data [{t.offset}, {t.offset + t.nbytes}) runs past the end of "
+            r.fail(f"tensor {show(t.name)}: data [{t.offset}, {t.offset + t.nbytes}) runs past the end of "
                    f"the {data_len}-byte data section; truncated?")
         if prev is not None and t.offset < prev.offset + prev.nbytes:
-            r.fail(f"tensors {_show(prev.name)} and {_show(t.name)} overlap in the data section")
+            r.fail(f"tensors {show(prev.name)} and {show(t.name)} overlap in the data section")
         prev = t
 
 
@@ -366,7 +333,7 @@ def write_gguf(path, metadata, tensors, alignment=DEFAULT_ALIGNMENT):
         header += [_string(name), struct.pack(f"<I{len(ne)}QIQ", len(ne), *ne, GGML_CODES[p.type.upper()], offset)]
         offset += _nbytes(p) + _pad(_nbytes(p), alignment)
     head = b"".join(header)
-    _write_atomically(path, _chunks(head + bytes(_pad(len(head), alignment)), plans, alignment))
+    write_atomically(path, _chunks(head + bytes(_pad(len(head), alignment)), plans, alignment))
 
 
 def _chunks(head, plans, alignment):

@@ -152,28 +152,27 @@ def _find_matches(regex, text, invert):
     return spans
 
 
-def _merge_matches(spans):
-    """MergedWithPrevious: a match joins the span before it, unless that was a match too."""
+def _join(spans, joins):
+    """Spans (start, end, is_match) -> (start, end), a span joining the one before it where
+    joins(the one before is a match, this one is a match)."""
     out, prev_match = [], False
     for start, end, is_match in spans:
-        if is_match and not prev_match and out:
+        if joins(prev_match, is_match) and out:
             out[-1] = (out[-1][0], end)
         else:
             out.append((start, end))
         prev_match = is_match
     return out
+
+
+def _merge_matches(spans):
+    """MergedWithPrevious: a match joins the span before it, unless that was a match too."""
+    return _join(spans, lambda prev, this: this and not prev)
 
 
 def _contiguous(spans):
     """Contiguous: neighbouring spans of the same kind become one."""
-    out, prev_match = [], False
-    for start, end, is_match in spans:
-        if is_match == prev_match and out:
-            out[-1] = (out[-1][0], end)
-        else:
-            out.append((start, end))
-        prev_match = is_match
-    return out
+    return _join(spans, lambda prev, this: this == prev)
 
 
 def _merged_with_next(spans):

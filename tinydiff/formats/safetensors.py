@@ -16,14 +16,12 @@ one ModelError line naming the file, the tensor and what is wrong.
 """
 import json
 import math
-import mmap
 import os
-import tempfile
 from collections import namedtuple
 
 import numpy as np
 
-from ..errors import ModelError
+from .files import TensorTable, check_file, fail, map_file, show, write_atomically
 
 MAX_HEADER = 100_000_000  # the reference reader's limit: a bigger "header" is garbage or an attack
 MAX_NDIM = 32             # far beyond any real tensor, and within what every numpy can build
@@ -42,57 +40,32 @@ STORAGE = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2
 Entry = namedtuple("Entry", "dtype shape begin end")  # shape: tuple; begin/end: data-section offsets
 
 
-def _show(text):
-    """Text from a file, made fit for a one-line message: it may hold newlines or be megabytes long."""
-    text = str(text)
-    if not text.isprintable():
-        text = repr(text)
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
-def _fail(path, what):
-    raise ModelError(f"{_show(os.fspath(path))}: {what}")
-
-
 # ---------------------------------------------------------------------------------------------
 # One file
 
 
-class SafeTensors:
+class SafeTensors(TensorTable):
     """One safetensors file, mapped read-only. Arrays returned are views into the map (or, for
     F16/BF16 in f32(), converted copies); the map stays alive as long as any of them does."""
 
     def __init__(self, path, buf, data_start, entries, metadata):
-        self.path = path
+        super().__init__(path, entries)   # name -> Entry, in header order
         self.metadata = metadata          # the "__metadata__" object, {} when absent
         self._buf = buf                   # the mmap
         self._data_start = data_start     # 8 + N: file offset of the data section
-        self._entries = entries           # name -> Entry, in header order
-
-    @property
-    def names(self):
-        return list(self._entries)
-
-    def __contains__(self, name):
-        return name in self._entries
-
-    def _entry(self, name):
-        if name not in self._entries:
-            _fail(self.path, f"tensor {_show(name)} missing")
-        return self._entries[name]
 
     def dtype(self, name):
         """The stored dtype as the file spells it: "F32", "F16", "BF16", ..."""
-        return self._entry(name).dtype
+        return self.entry(name).dtype
 
     def shape(self, name):
-        return self._entry(name).shape
+        return self.entry(name).shape
 
     def raw(self, name):
         """Zero-copy read-only view in the stored dtype; BF16 comes back as its uint16 bit patterns."""
-        e = self._entry(name)
+        e = self.entry(name)
         if e.dtype not in STORAGE:
-            _fail(self.path, f"tensor {_show(name)}: dtype {e.dtype} not supported "
+            fail(self.path, f"tensor {show(name)}: dtype {e.dtype} not supported "
                              "(tinydiff reads F32, F16, BF16)")
         storage = STORAGE[e.dtype]
         flat = np.frombuffer(self._buf, dtype=storage, count=(e.end - e.begin) // storage.itemsize,
@@ -102,7 +75,7 @@ class SafeTensors:
     def f32(self, name):
         """float32: a zero-copy view for F32 (copied only if the file misaligns it), else a converted copy."""
         a = self.raw(name)
-        dtype = self._entries[name].dtype
+        dtype = self.entry(name).dtype
         if dtype == "F16":
             return a.astype(np.float32)
         if dtype == "BF16":  # bf16 is the top half of an f32: shift the bits back into place
@@ -117,38 +90,17 @@ class SafeTensors:
 def open_safetensors(path):
     """Maps and validates one .safetensors file; raises ModelError if anything in it is wrong."""
     path = os.fspath(path)
-    buf = _map_file(path)
+    buf = map_file(path, 8, "a safetensors header")
     n = int.from_bytes(buf[:8], "little")
     if n > MAX_HEADER:
-        _fail(path, f"header length {n} is absurd (over {MAX_HEADER} bytes); not a safetensors file?")
+        fail(path, f"header length {n} is absurd (over {MAX_HEADER} bytes); not a safetensors file?")
     if 8 + n > len(buf):
-        _fail(path, f"header length {n} runs past the end of the {len(buf)}-byte file; truncated?")
+        fail(path, f"header length {n} runs past the end of the {len(buf)}-byte file; truncated?")
     header = _parse_json(path, buf[8:8 + n], "header")
     metadata = _check_metadata(path, header.pop("__metadata__", None))
     entries = {name: _check_entry(path, name, info) for name, info in header.items()}
     _check_layout(path, entries, len(buf) - 8 - n)
     return SafeTensors(path, buf, 8 + n, entries, metadata)
-
-
-def _check_file(path):
-    if not os.path.exists(path):
-        _fail(path, "file not found")
-    if not os.path.isfile(path):
-        _fail(path, "not a regular file")
-
-
-def _map_file(path):
-    # If another process truncates the file while it is mapped, touching the lost pages raises
-    # SIGBUS; nothing a reader can do about that. Our own writer replaces files by rename instead.
-    _check_file(path)
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 8:
-                _fail(path, f"file is {size} bytes, too short for a safetensors header")
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        _fail(path, f"cannot read: {e.strerror}")
 
 
 class _DuplicateKey(ValueError):
@@ -172,15 +124,15 @@ def _parse_json(path, data, what):
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
-        _fail(path, f"{what} is not valid UTF-8 (byte {e.start})")
+        fail(path, f"{what} is not valid UTF-8 (byte {e.start})")
     try:
         obj = json.loads(text, object_pairs_hook=_no_duplicates)
     except _DuplicateKey as e:
-        _fail(path, f"{what} has the key {_show(e.args[0])} twice")
+        fail(path, f"{what} has the key {show(e.args[0])} twice")
     except (ValueError, RecursionError) as e:  # RecursionError: absurdly deep nesting
-        _fail(path, f"{what} is not valid JSON: {_show(e)}")
+        fail(path, f"{what} is not valid JSON: {show(e)}")
     if not isinstance(obj, dict):
-        _fail(path, f"{what} is not a JSON object")
+        fail(path, f"{what} is not a JSON object")
     return obj
 
 
@@ -188,7 +140,7 @@ def _check_metadata(path, metadata):
     if metadata is None:
         return {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        _fail(path, "__metadata__ is not an object of strings")
+        fail(path, "__metadata__ is not an object of strings")
     return metadata
 
 
@@ -197,33 +149,33 @@ def _is_count(x):
 
 
 def _check_entry(path, name, info):
-    where = f"tensor {_show(name)}"
+    where = f"tensor {show(name)}"
     if not isinstance(info, dict):
-        _fail(path, f"{where}: entry is not an object")
+        fail(path, f"{where}: entry is not an object")
     for key in ("dtype", "shape", "data_offsets"):
         if key not in info:
-            _fail(path, f"{where}: no {key}")
+            fail(path, f"{where}: no {key}")
     dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
     if not isinstance(dtype, str):
-        _fail(path, f"{where}: dtype is not a string")
+        fail(path, f"{where}: dtype is not a string")
     if dtype not in DTYPE_SIZE:
-        _fail(path, f"{where}: unknown dtype {_show(dtype)}")
+        fail(path, f"{where}: unknown dtype {show(dtype)}")
     if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
-        _fail(path, f"{where}: shape is not a list of non-negative integers")
+        fail(path, f"{where}: shape is not a list of non-negative integers")
     if len(shape) > MAX_NDIM:
-        _fail(path, f"{where}: shape has {len(shape)} dimensions (at most {MAX_NDIM})")
+        fail(path, f"{where}: shape has {len(shape)} dimensions (at most {MAX_NDIM})")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
-        _fail(path, f"{where}: data_offsets is not [begin, end] with non-negative integers")
+        fail(path, f"{where}: data_offsets is not [begin, end] with non-negative integers")
     begin, end = offsets
     if begin > end:
-        _fail(path, f"{where}: data_offsets [{_show(begin)}, {_show(end)}]: begin is after end")
+        fail(path, f"{where}: data_offsets [{show(begin)}, {show(end)}]: begin is after end")
     size = DTYPE_SIZE[dtype]
     if _too_big(shape, size):
-        _fail(path, f"{where}: shape {_show(tuple(shape))} is absurdly large")
+        fail(path, f"{where}: shape {show(tuple(shape))} is absurdly large")
     nbytes = math.prod(shape) * size
     if nbytes != end - begin:
-        _fail(path, f"{where}: shape {tuple(shape)} {dtype} needs {nbytes} bytes "
-                    f"but data_offsets [{_show(begin)}, {_show(end)}] hold {_show(end - begin)}")
+        fail(path, f"{where}: shape {tuple(shape)} {dtype} needs {nbytes} bytes "
+                    f"but data_offsets [{show(begin)}, {show(end)}] hold {show(end - begin)}")
     return Entry(dtype, tuple(shape), begin, end)
 
 
@@ -244,67 +196,54 @@ def _check_layout(path, entries, data_len):
     truncated file, an overlap, a hole and trailing bytes are all caught here."""
     prev, prev_end = None, 0
     for name, e in sorted(entries.items(), key=lambda item: (item[1].begin, item[1].end)):
-        where = f"tensor {_show(name)}"
+        where = f"tensor {show(name)}"
         if e.end > data_len:
-            _fail(path, f"{where}: data_offsets [{e.begin}, {e.end}] run past the end of the "
+            fail(path, f"{where}: data_offsets [{e.begin}, {e.end}] run past the end of the "
                         f"{data_len}-byte data section; truncated?")
         if e.begin < prev_end:
-            _fail(path, f"tensors {_show(prev)} and {_show(name)} overlap in the data section")
+            fail(path, f"tensors {show(prev)} and {show(name)} overlap in the data section")
         if e.begin > prev_end:
-            _fail(path, f"data section bytes [{prev_end}, {e.begin}) before {where} belong to no tensor")
+            fail(path, f"data section bytes [{prev_end}, {e.begin}) before {where} belong to no tensor")
         prev, prev_end = name, e.end
     if prev_end != data_len:
-        _fail(path, f"{data_len - prev_end} bytes after the last tensor's data belong to no tensor")
+        fail(path, f"{data_len - prev_end} bytes after the last tensor's data belong to no tensor")
 
 
 # ---------------------------------------------------------------------------------------------
 # A checkpoint: one file, or shards named by an index
 
 
-class Checkpoint:
+class Checkpoint(TensorTable):
     """All the tensors of a model, from one file or several shards, with SafeTensors' methods.
     metadata: the single file's "__metadata__", or the index's "metadata" for a sharded checkpoint."""
 
     def __init__(self, path, files, owner, metadata):
-        self.path = path          # the .safetensors file or the index
-        self.files = files        # [SafeTensors], one per shard
+        super().__init__(path, owner)     # path: the .safetensors file or the index; name -> its SafeTensors
+        self.files = files                # [SafeTensors], one per shard
         self.metadata = metadata
-        self._owner = owner       # tensor name -> the SafeTensors holding it
-
-    @property
-    def names(self):
-        return list(self._owner)
-
-    def __contains__(self, name):
-        return name in self._owner
-
-    def _file(self, name):
-        if name not in self._owner:
-            _fail(self.path, f"tensor {_show(name)} missing")
-        return self._owner[name]
 
     def file(self, name):
         """Path of the file holding the tensor, for messages."""
-        return self._file(name).path
+        return self.entry(name).path
 
     def dtype(self, name):
-        return self._file(name).dtype(name)
+        return self.entry(name).dtype(name)
 
     def shape(self, name):
-        return self._file(name).shape(name)
+        return self.entry(name).shape(name)
 
     def raw(self, name):
-        return self._file(name).raw(name)
+        return self.entry(name).raw(name)
 
     def f32(self, name):
-        return self._file(name).f32(name)
+        return self.entry(name).f32(name)
 
     def expect(self, name, shape):
         """The tensor as float32, after checking it exists and has this shape."""
-        f = self._file(name)
+        f = self.entry(name)
         got, want = f.shape(name), tuple(int(d) for d in shape)
         if got != want:
-            _fail(f.path, f"tensor {_show(name)} has shape {got}, expected {want}")
+            fail(f.path, f"tensor {show(name)} has shape {got}, expected {want}")
         return f.f32(name)
 
 
@@ -318,7 +257,7 @@ def load_checkpoint(path):
             return _load_single(os.path.join(path, SINGLE))
         if os.path.exists(os.path.join(path, INDEX)):
             return _load_sharded(os.path.join(path, INDEX))
-        _fail(path, f"no {SINGLE} or {INDEX} in this folder")
+        fail(path, f"no {SINGLE} or {INDEX} in this folder")
     if path.endswith(".index.json"):
         return _load_sharded(path)
     return _load_single(path)
@@ -330,21 +269,21 @@ def _load_single(path):
 
 
 def _read_index(path):
-    _check_file(path)
+    check_file(path)
     if os.path.getsize(path) > MAX_HEADER:
-        _fail(path, f"index is over {MAX_HEADER} bytes")
+        fail(path, f"index is over {MAX_HEADER} bytes")
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        _fail(path, f"cannot read: {e.strerror}")
+        fail(path, f"cannot read: {e.strerror}")
     index = _parse_json(path, data, "index")
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        _fail(path, "weight_map is missing or not an object of shard file names")
+        fail(path, "weight_map is missing or not an object of shard file names")
     metadata = index.get("metadata", {})
     if not isinstance(metadata, dict):
-        _fail(path, "metadata is not an object")
+        fail(path, "metadata is not an object")
     return weight_map, metadata
 
 
@@ -357,10 +296,10 @@ def _load_sharded(index_path):
             continue
         # A bare file name only: the index must not send us to read files outside the folder.
         if shard in ("", ".", "..") or os.path.basename(shard) != shard:
-            _fail(index_path, f"tensor {_show(name)}: shard {_show(shard)} is not a file name in the folder")
+            fail(index_path, f"tensor {show(name)}: shard {show(shard)} is not a file name in the folder")
         shard_path = os.path.join(folder, shard)
         if not os.path.exists(shard_path):
-            _fail(index_path, f"tensor {_show(name)}: shard {_show(shard)} is missing")
+            fail(index_path, f"tensor {show(name)}: shard {show(shard)} is missing")
         shards[shard] = open_safetensors(shard_path)
     owner = _check_shards(index_path, weight_map, shards)
     return Checkpoint(index_path, list(shards.values()), owner, metadata)
@@ -372,18 +311,18 @@ def _check_shards(index_path, weight_map, shards):
     for f in shards.values():
         for name in f.names:
             if name in owner:
-                _fail(f.path, f"tensor {_show(name)} is also in {_show(owner[name].path)}")
+                fail(f.path, f"tensor {show(name)} is also in {show(owner[name].path)}")
             owner[name] = f
     for name, f in owner.items():
         shard = os.path.basename(f.path)
         if name not in weight_map:
-            _fail(index_path, f"tensor {_show(name)} is in shard {_show(shard)} but not in weight_map")
+            fail(index_path, f"tensor {show(name)} is in shard {show(shard)} but not in weight_map")
         if weight_map[name] != shard:
-            _fail(index_path, f"tensor {_show(name)}: weight_map says shard {_show(weight_map[name])} "
-                              f"but it is in {_show(shard)}")
+            fail(index_path, f"tensor {show(name)}: weight_map says shard {show(weight_map[name])} "
+                              f"but it is in {show(shard)}")
     for name, shard in weight_map.items():
         if name not in owner:
-            _fail(index_path, f"tensor {_show(name)}: weight_map says shard {_show(shard)} but it is not there")
+            fail(index_path, f"tensor {show(name)}: weight_map says shard {show(shard)} but it is not there")
     return owner
 
 
@@ -419,7 +358,7 @@ def save_safetensors(path, tensors, metadata=None, dtypes=None):
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-len(text) % 8)  # so the data section starts 8-aligned
 
-    _write_atomically(path, [len(text).to_bytes(8, "little"), text] +
+    write_atomically(path, [len(text).to_bytes(8, "little"), text] +
                       [a.reshape(-1).view(np.uint8) for _, _, a in items])
 
 
@@ -434,23 +373,3 @@ def _to_storage(name, a, dtype):
         raise ValueError(f"tensor {name}: cannot store a {a.dtype} array as {dtype} "
                          "(F32 takes float32, F16 float16, BF16 uint16 bit patterns)")
     return name, dtype, np.asarray(a, dtype=STORAGE[dtype], order="C")  # keeps 0-d arrays 0-d
-
-
-def _write_atomically(path, chunks):
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                               prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())  # the data must be on disk before the rename makes it visible
-        os.chmod(tmp, 0o644)      # mkstemp makes it private; a checkpoint is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
