@@ -14,7 +14,7 @@ import numpy as np
 
 from .decoding import diffusion
 from .decoding.diffusion import Options
-from .decoding.generate import decode_tokens, fit_context, stream_text
+from .decoding.generate import decode_tokens, stream_text
 from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
@@ -74,6 +74,10 @@ def load(path, threads=None):
         raise ModelError(f"{path}: tokenizer.json has {tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {config.vocab_size}")
     return Model(config, weights, tokenizer, path, stored_bytes(ckpt))
+
+
+def _integer(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def stored_bytes(ckpt):
@@ -139,6 +143,63 @@ class Model:
                              f"no special token {' '.join(diffusion.MASK_NAMES)}), so it cannot denoise")
         return self.mask_id
 
+    def _fit_prompt(self, ids, max_new_tokens, truncate):
+        """The prompt ids that fit the context with room for max_new_tokens, or a clear error."""
+        n_ctx = self.config.max_position_embeddings
+        if not _integer(max_new_tokens):
+            raise UsageError(f"the number of tokens to generate must be an integer, got {max_new_tokens!r}")
+        if max_new_tokens < 1:
+            raise UsageError(f"the number of tokens to generate must be >= 1, got {max_new_tokens}")
+        if max_new_tokens >= n_ctx:
+            raise UsageError(f"{max_new_tokens} new tokens do not fit the context of {n_ctx} positions")
+        if len(ids) + max_new_tokens <= n_ctx:
+            return list(ids)
+        if not truncate:
+            raise UsageError(f"prompt ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
+                             f"context of {n_ctx} positions (shorten the prompt or truncate)")
+        return list(ids[len(ids) + max_new_tokens - n_ctx:])
+
+    def _canvas(self, ids, gen_length, fixed, mask_id):
+        """The starting canvas [L], which positions are given [L], where the output starts, and the
+        name of the hole count for messages: the prompt + gen_length masks, or (fixed, a bool per id,
+        True = keep) ids whose other positions are holes."""
+        n_ctx = self.config.max_position_embeddings
+        if fixed is None:
+            if not _integer(gen_length) or gen_length < 1:
+                raise UsageError(f"gen_length must be an integer >= 1, got {gen_length!r}")
+            if (ids == mask_id).any():
+                raise UsageError(f"the prompt contains the mask token (id {mask_id}) at position "
+                                 f"{int(np.argmax(ids == mask_id))}; use infill to fill holes in a text")
+            if len(ids) + gen_length > n_ctx:
+                raise UsageError(f"the canvas ({gen_length} to fill + {len(ids)} given = {len(ids) + gen_length} "
+                                 f"positions) exceeds the context of {n_ctx} positions")
+            canvas = np.concatenate([ids, np.full(gen_length, mask_id, np.int64)])
+            return canvas, np.arange(len(canvas)) < len(ids), len(ids), "gen_length"
+        given = np.asarray(fixed, bool)
+        if given.shape != ids.shape:
+            raise UsageError(f"fixed has {given.size} entries for {ids.size} ids")
+        if given.all():
+            raise UsageError("nothing to fill: every position is fixed (mark holes with the mask token)")
+        if (ids[given] == mask_id).any():
+            raise UsageError(f"a fixed position holds the mask token (id {mask_id}); it would stay masked")
+        if len(ids) > n_ctx:
+            raise UsageError(f"the canvas ({(~given).sum()} to fill + {given.sum()} given = {len(ids)} positions) "
+                             f"exceeds the context of {n_ctx} positions")
+        return np.where(given, ids, mask_id), given, 0, "the number of holes"
+
+    @staticmethod
+    def _check_plan(n, o, what):
+        """The steps and block length of options o fit n holes (`what` names the count)."""
+        steps = n if o.steps is None else o.steps
+        block_length = n if o.block_length is None else o.block_length
+        if steps > n:
+            raise UsageError(f"steps={steps} is more than {what}={n}: at most one step per token")
+        if n % block_length:
+            raise UsageError(f"block_length={block_length} does not divide {what}={n}")
+        if steps % (n // block_length):
+            raise UsageError(f"steps={steps} is not a multiple of the {n // block_length} blocks "
+                             f"({what}={n} / block_length={block_length}); each block gets steps / blocks")
+
     def _text(self, ids):
         """The text of generated ids, up to the first EOS."""
         end = next((i for i, t in enumerate(ids) if t in self.stop_ids), len(ids))
@@ -171,7 +232,7 @@ class Model:
             raise UsageError("this is a masked-diffusion model (bidirectional attention): "
                              "generate with denoise() or --mode diffusion")
         params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
-        ids = fit_context(self._ids(ids).tolist(), max_new_tokens, self.config.max_position_embeddings, truncate)
+        ids = self._fit_prompt(self._ids(ids).tolist(), max_new_tokens, truncate)
         return decode_tokens(self.transformer, ids, max_new_tokens, params, self.stop_ids, timings)
 
     def generate_ids(self, ids, max_new_tokens=128, **sampling):
@@ -192,9 +253,13 @@ class Model:
     def denoise_steps(self, ids, gen_length=128, fixed=None, **options):
         """Yields a diffusion.Step per forward pass, then the diffusion.Denoised. ids: the prompt, or
         with fixed (a bool per id, True = keep) a canvas whose other positions are holes."""
-        mask_id, options = self._mask(), Options.of(**options)
-        return diffusion.denoise_steps(self.transformer, self._ids(ids), options, mask_id, self.stop_ids,
-                                       gen_length, fixed)
+        mask_id, o = self._mask(), Options.of(**options)
+        canvas, given, start, what = self._canvas(self._ids(ids), gen_length, fixed, mask_id)
+        if fixed is not None and o.eos == "stop":
+            raise UsageError("eos='stop' ends a continuation; an infill has given text after its holes "
+                             "(use eos='suppress' or 'keep')")
+        self._check_plan(int((~given).sum()), o, what)
+        return diffusion.denoise_steps(self.transformer, canvas, given, start, o, mask_id, self.stop_ids)
 
     def denoise_result(self, ids, gen_length=128, *, on_step=None, fixed=None, **options):
         """The diffusion.Denoised of a run, calling on_step(step, canvas_ids, committed_mask) after each step."""

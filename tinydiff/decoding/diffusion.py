@@ -211,20 +211,12 @@ class Plan:
     steps_per_block: int    # with an adaptive rule: the cap per block
 
 
-def _plan(holes, steps, block_length, what):
-    """Splits the hole positions into blocks and the steps among them. `what` names the length."""
+def plan(holes, steps, block_length):
+    """The hole positions in blocks of block_length (None: one block), steps (None: one per hole)
+    shared among them; the caller has checked that they divide (Model._check_plan)."""
     n = len(holes)
-    steps = n if steps is None else steps
-    block_length = n if block_length is None else block_length
-    if steps > n:
-        raise UsageError(f"steps={steps} is more than {what}={n}: at most one step per token")
-    if n % block_length:
-        raise UsageError(f"block_length={block_length} does not divide {what}={n}")
-    num_blocks = n // block_length
-    if steps % num_blocks:
-        raise UsageError(f"steps={steps} is not a multiple of the {num_blocks} blocks "
-                         f"({what}={n} / block_length={block_length}); each block gets steps / blocks")
-    return Plan(np.asarray(holes, np.int64).reshape(num_blocks, block_length), steps // num_blocks)
+    steps, block_length = n if steps is None else steps, n if block_length is None else block_length
+    return Plan(np.asarray(holes, np.int64).reshape(n // block_length, block_length), steps // (n // block_length))
 
 
 # -- the mask token and the canvas -------------------------------------------------------------
@@ -240,49 +232,16 @@ def mask_token_id(config, tokenizer):
     return None
 
 
-def _canvas(ids, gen_length, fixed, mask_id, n_ctx):
-    """The starting canvas [L], which positions are given [L], where the output starts, the hole
-    count's name. ids: int64 [n], checked by the caller."""
-    if fixed is None:                                   # denoise: prompt + gen_length masks
-        if not _integer(gen_length) or gen_length < 1:
-            raise UsageError(f"gen_length must be an integer >= 1, got {gen_length!r}")
-        if (ids == mask_id).any():
-            raise UsageError(f"the prompt contains the mask token (id {mask_id}) at position "
-                             f"{int(np.argmax(ids == mask_id))}; use infill to fill holes in a text")
-        if len(ids) + gen_length > n_ctx:
-            raise UsageError(f"the canvas ({gen_length} to fill + {len(ids)} given = {len(ids) + gen_length} "
-                             f"positions) exceeds the context of {n_ctx} positions")
-        canvas = np.concatenate([ids, np.full(gen_length, mask_id, np.int64)])
-        return canvas, np.arange(len(canvas)) < len(ids), len(ids), "gen_length"
-    given = np.asarray(fixed, bool)                     # infill/edit: every position not fixed is a hole
-    if given.shape != ids.shape:
-        raise UsageError(f"fixed has {given.size} entries for {ids.size} ids")
-    if given.all():
-        raise UsageError("nothing to fill: every position is fixed (mark holes with the mask token)")
-    if (ids[given] == mask_id).any():
-        raise UsageError(f"a fixed position holds the mask token (id {mask_id}); it would stay masked")
-    if len(ids) > n_ctx:
-        raise UsageError(f"the canvas ({(~given).sum()} to fill + {given.sum()} given = {len(ids)} positions) "
-                         f"exceeds the context of {n_ctx} positions")
-    return np.where(given, ids, mask_id), given, 0, "the number of holes"
-
-
 # -- the run -----------------------------------------------------------------------------------
 
-def denoise_steps(transformer, ids, options, mask_id, stop_ids, gen_length=128, fixed=None):
-    """Denoises prompt `ids` (int64 [n], in the vocabulary) + gen_length masks; yields a Step per
-    forward pass, then a Denoised. options: an Options. stop_ids: the EOS ids.
-
-    fixed: for infilling/editing, a bool per id of `ids`, True = keep; every other position is a hole
-    (gen_length is then not used). Everything is checked here, before the first pass."""
+def denoise_steps(transformer, canvas, given, start, options, mask_id, stop_ids):
+    """Denoises canvas [L] (int64, mask_id at every hole; given [L] bool: the positions that never
+    change) step by step; yields a Step per forward pass, then a Denoised whose ids start at
+    canvas position `start`. options: an Options whose steps and block_length fit the holes
+    (Model checks them). stop_ids: the EOS ids."""
     o = options
-    canvas, given, start, what = _canvas(ids, gen_length, fixed, mask_id,
-                                         transformer.config.max_position_embeddings)
-    if fixed is not None and o.eos == "stop":
-        raise UsageError("eos='stop' ends a continuation; an infill has given text after its holes "
-                         "(use eos='suppress' or 'keep')")
-    plan = _plan(np.flatnonzero(~given), o.steps, o.block_length, what)
-    return _denoise(transformer, canvas, given, start, plan, o, mask_id, np.asarray(sorted(stop_ids), np.int64))
+    holes = plan(np.flatnonzero(~given), o.steps, o.block_length)
+    return _denoise(transformer, canvas, given, start, holes, o, mask_id, np.asarray(sorted(stop_ids), np.int64))
 
 
 def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
@@ -421,16 +380,7 @@ def _choose(o, conf, entropy, count, rng):
     return order[:max(1, leading)]                      # at least one: a block never stalls
 
 
-# -- the convenient forms ----------------------------------------------------------------------
-
-def run(transformer, ids, options, mask_id, stop_ids, on_step=None, gen_length=128, fixed=None):
-    """Runs denoise_steps to the end, calling on_step(step_index, canvas_ids, committed_mask); the Denoised."""
-    for item in denoise_steps(transformer, ids, options, mask_id, stop_ids, gen_length, fixed):
-        if isinstance(item, Denoised):
-            return item
-        if on_step is not None:
-            on_step(item.index, item.canvas, item.committed)
-
+# -- infilling text ---------------------------------------------------------------------------
 
 def parse_holes(tokenizer, text, mask_id, n_ctx):
     """Text with [MASK]/[MASK*N] holes -> (ids, where the text's ids start, where they end).

@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 
-from ..errors import UsageError
 from .sampling import Sampler
 
 
@@ -35,25 +34,9 @@ class Timings:
                 f"time to first token: {ttft}")
 
 
-def fit_context(ids, max_new_tokens, n_ctx, truncate):
-    """The prompt ids that fit n_ctx with room for max_new_tokens, or a clear error."""
-    if not ids:
-        raise UsageError("the prompt is empty")
-    if max_new_tokens < 1:
-        raise UsageError(f"the number of tokens to generate must be >= 1, got {max_new_tokens}")
-    if max_new_tokens >= n_ctx:
-        raise UsageError(f"{max_new_tokens} new tokens do not fit the context of {n_ctx} positions")
-    if len(ids) + max_new_tokens <= n_ctx:
-        return list(ids)
-    if not truncate:
-        raise UsageError(f"prompt ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
-                         f"context of {n_ctx} positions (shorten the prompt or truncate)")
-    return list(ids[len(ids) + max_new_tokens - n_ctx:])
-
-
 def decode_tokens(transformer, ids, max_new_tokens, params, stop_ids, timings=None):
     """Yields new token ids one by one; the last one is a stop id if generation hit one.
-    ids: the prompt, in the vocabulary and fitting the context with max_new_tokens (fit_context)."""
+    ids: the prompt, in the vocabulary and fitting the context with max_new_tokens (Model checks)."""
     timings = timings or Timings()
     sampler = Sampler(params)
     state = transformer.state(len(ids) + max_new_tokens, rows=len(ids))
