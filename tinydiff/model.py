@@ -103,7 +103,7 @@ class Model:
     def _attach(self, transformer, tokenizer, path, stored_bytes):
         config = transformer.config
         self.transformer, self.config, self.tokenizer, self.path = transformer, config, tokenizer, path
-        self.weights = getattr(transformer, "weights", None)
+        self.weights = transformer.weights
         self.stored_bytes = stored_bytes or {}     # {"F32": bytes, "Q8_0": ...} as in the checkpoint
         eos = None if tokenizer is None else tokenizer.eos_id
         self.stop_ids = frozenset(config.eos_token_ids) | ({eos} if eos is not None else set())  # EOS ids
