@@ -30,6 +30,7 @@ from tinydiff.model import Model
 from tinydiff.safetensors import load_checkpoint, save_safetensors
 from tinydiff.tokenizer import GGUF_PRE, Tokenizer
 from tinydiff.weights import GGUF_NAMES, HF_NAMES, LayerWeights, Weights
+from tinydiff.masks import BIDIRECTIONAL
 
 try:  # only the tests that read our files with llama.cpp's own library need it
     import gguf
@@ -228,7 +229,7 @@ def test_a_masked_diffusion_model_round_trips(tmp_path):
     ours, hf = tinydiff.load(str(tmp_path / "mdm.gguf")), tinydiff.load(str(src))
     assert not ours.config.causal and ours.config.mask_token_id == 2
     ids = reference("llama-gqa")["input_ids"][0]
-    np.testing.assert_array_equal(ours.logits(ids, causal=False), hf.logits(ids, causal=False))
+    np.testing.assert_array_equal(ours.logits(ids, mask=BIDIRECTIONAL), hf.logits(ids, mask=BIDIRECTIONAL))
     assert ours.denoise_ids(ids, 8, steps=4) == hf.denoise_ids(ids, 8, steps=4)
 
 
@@ -247,7 +248,7 @@ def test_llada_and_dream_become_llama_cpps_masked_diffusion_architectures(tmp_pa
         ours, hf = tinydiff.load(str(tmp_path / f"{name}.gguf")), tinydiff.load(str(tmp_path / name))
         assert not ours.config.causal and ours.config.shifted_logits is shifted
         ids = reference("llama-gqa")["input_ids"][0]
-        np.testing.assert_array_equal(ours.logits(ids, causal=False), hf.logits(ids, causal=False))
+        np.testing.assert_array_equal(ours.logits(ids, mask=BIDIRECTIONAL), hf.logits(ids, mask=BIDIRECTIONAL))
 
 
 def test_permutation_is_llama_cpps_and_undone_by_its_inverse():

@@ -19,6 +19,7 @@ import numpy as np
 
 from .errors import UsageError
 from .ledger import Ledger
+from .masks import BIDIRECTIONAL
 
 
 @dataclass
@@ -86,7 +87,7 @@ def prepare(model, kind, n, steps, rng):
 
     def dd():
         for _ in range(steps):
-            model.forward(ids[:, :n], cache, buf, 0, causal=False)
+            model.forward(ids[:, :n], cache, buf, 0, mask=BIDIRECTIONAL)
         return n
 
     if kind == "tg":

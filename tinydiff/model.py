@@ -14,6 +14,7 @@ from .config import load_config
 from .errors import ModelError, UsageError
 from .generate import decode_tokens, fit_context, stream_text
 from .gguf import load_gguf
+from .masks import BIDIRECTIONAL, CAUSAL
 from .safetensors import load_checkpoint
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
@@ -93,31 +94,31 @@ class Model:
 
     # -- forward passes ------------------------------------------------------------------
 
-    def forward(self, ids, cache, buf, start, kv_len=None, causal=True, last_only=False):
+    def forward(self, ids, cache, buf, start, kv_len=None, mask=CAUSAL, last_only=False):
         """ids [B, n]: see transformer.forward."""
         ids = np.asarray(ids, dtype=np.int64)
         self._check_ids(ids)
-        if ids.shape == (1, 1) and causal and kv_len in (None, start + 1) and cache.k.shape[1] == 1:
+        if ids.shape == (1, 1) and mask == CAUSAL and kv_len in (None, start + 1) and cache.k.shape[1] == 1:
             return decode(self.config, self.weights, self.decode_layers, self.inv_freq, ids[0], cache, buf, start)
         return forward(self.config, self.weights, self.inv_freq, ids, cache, buf, start, kv_len,
-                       causal, last_only)
+                       mask, last_only)
 
-    def logits(self, ids, causal=True):
+    def logits(self, ids, mask=CAUSAL):
         """One full forward pass over ids, no cache kept: logits [len(ids), V] float32.
 
-        causal=True: row i predicts the token after position i. causal=False (masked diffusion):
+        mask=CAUSAL: row i predicts the token after position i. BIDIRECTIONAL (masked diffusion):
         row i is the distribution of the token at position i, for every model (Dream's shift is
-        applied here)."""
+        applied here). Another mask: the plain pass under it."""
         ids = list(ids)
         if not ids:
             raise UsageError("logits: ids is empty")
         if len(ids) > self.config.max_position_embeddings:
             raise UsageError(f"logits: {len(ids)} ids exceed the context of "
                              f"{self.config.max_position_embeddings} positions")
-        if not causal:
+        if mask == BIDIRECTIONAL:
             cache, buf = self.canvas_state(1, len(ids))
             return self.canvas_logits(np.asarray([ids]), cache, buf)[0]
-        return self.forward([ids], KVCache(self.config, len(ids)), Buffers(self.config, len(ids)), 0)
+        return self.forward([ids], KVCache(self.config, len(ids)), Buffers(self.config, len(ids)), 0, mask=mask)
 
     def canvas_state(self, batch, length):
         """The KV cache and buffers for denoising `batch` canvases of `length` positions."""
@@ -135,7 +136,7 @@ class Model:
         end = L if end is None else end
         first = start - 1 if self.config.shifted_logits and start > 0 else start
         n = end - first
-        logits = self.forward(canvas[:, first:end], cache, buf, first, kv_len=L, causal=False)
+        logits = self.forward(canvas[:, first:end], cache, buf, first, kv_len=L, mask=BIDIRECTIONAL)
         logits = logits.reshape(B, n, -1)                               # [B, n, V]
         if self.config.shifted_logits:                                  # row i <- row i-1; row 0 keeps its own
             logits = logits[:, :-1] if first < start else np.concatenate([logits[:, :1], logits[:, :-1]], axis=1)

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import kernels as K
 from . import ledger
+from .masks import CAUSAL
 
 
 def rope_inv_freq(cfg):
@@ -43,11 +44,11 @@ class Buffers:
         self.up = np.zeros((n_max, cfg.intermediate_size), np.float32)    # [Bn, f]
 
 
-def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, last_only=False):
+def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, mask=CAUSAL, last_only=False):
     """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
 
     Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
-    (default: up to the last new position), causally or bidirectionally. Autoregressive decoding
+    (default: up to the last new position) under mask (masks.py: causal, bidirectional, block-causal). Autoregressive decoding
     appends (start = positions so far); a diffusion step with a cache recomputes a span of the canvas
     and reads the cached rest. Returns logits [B*n, V], or [B, V] for each sequence's last position.
     """
@@ -76,7 +77,7 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, causal=True, 
             K.attention(q[rows].reshape(n, H, hd),
                         cache.k[l, b, :kv_len].reshape(kv_len, KVH, hd),  # [t, KVH, hd]
                         cache.v[l, b, :kv_len].reshape(kv_len, KVH, hd),
-                        out=att[rows].reshape(n, H, hd), causal=causal, q_pos0=start,
+                        out=att[rows].reshape(n, H, hd), mask=mask, q_pos0=start,
                         op="attention")                               # [n, H, hd]
         K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True)   # x += [Bn, d]
         if lw.o_bias is not None:
