@@ -8,8 +8,8 @@ import pytest
 import tinydiff
 from tinydiff import cost, quant
 from tinydiff.ledger import Ledger
-from tinydiff.shapes import stored_as
 from tinydiff.masks import BIDIRECTIONAL, CAUSAL
+from tinydiff.shapes import stored_as
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 

@@ -13,9 +13,9 @@ import pytest
 
 import tinydiff
 from tinydiff.errors import ModelError
+from tinydiff.masks import BIDIRECTIONAL
 from tinydiff.safetensors import load_checkpoint, save_safetensors
 from tinydiff.weights import HF_NAMES, LLADA_NAMES
-from tinydiff.masks import BIDIRECTIONAL
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 

@@ -13,8 +13,8 @@ import pytest
 import tinydiff
 from tinydiff import evaluate
 from tinydiff.errors import ModelError, UsageError
-from tinydiff.safetensors import load_checkpoint, save_safetensors
 from tinydiff.masks import BIDIRECTIONAL
+from tinydiff.safetensors import load_checkpoint, save_safetensors
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 AR = os.path.join(HF, "llama-gqa")

@@ -26,11 +26,11 @@ import tinydiff
 from tinydiff import kernels, quant
 from tinydiff.errors import ModelError
 from tinydiff.gguf import convert, open_gguf, permute_rows, write_gguf
+from tinydiff.masks import BIDIRECTIONAL
 from tinydiff.model import Model
 from tinydiff.safetensors import load_checkpoint, save_safetensors
 from tinydiff.tokenizer import GGUF_PRE, Tokenizer
 from tinydiff.weights import GGUF_NAMES, HF_NAMES, LayerWeights, Weights
-from tinydiff.masks import BIDIRECTIONAL
 
 try:  # only the tests that read our files with llama.cpp's own library need it
     import gguf
