@@ -43,10 +43,11 @@ struct attn {
     int failed;          /* set (atomically) by a task whose scratch memory could not be had */
 };
 
-/* the keys the query at position p sees: 0 .. key_end - 1 */
+/* the keys the query at position p sees: 0 .. key_end - 1 (causal, the common case, without the
+   division: the tiles take an end per row) */
 static inline int64_t key_end(const struct attn *a, int64_t p)
 {
-    int64_t end = a->block ? (p / a->block + 1) * a->block : a->t;
+    int64_t b = a->block, end = b == 1 ? p + 1 : b ? (p / b + 1) * b : a->t;
     return end < a->t ? end : a->t;
 }
 
