@@ -326,7 +326,7 @@ def decode_layer(layer, run, l, pos):
         raise MemoryError("decode: no memory for x in the dot product's type")
     if ledger.active():
         ledger.book_all(layer.costs)
-        ledger.book("attention", cost.attention(1, *layer.shape, pos + 1, pos + 1))
+        ledger.book("attention", cost.attention(1, *layer.shape, pos + 1, CAUSAL.pairs(1, pos + 1, pos)))
 
 
 # -- NumPy glue the forward pass also books: small next to the kernels, but real bytes ----------
