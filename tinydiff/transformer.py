@@ -48,7 +48,7 @@ def forward(cfg, w, inv_freq, ids, cache, buf, start, kv_len=None, mask=CAUSAL, 
     """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
 
     Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
-    (default: up to the last new position) under mask (masks.py: causal, bidirectional, block-causal). Autoregressive decoding
+    (default: up to the last new position) under mask (masks.py). Autoregressive decoding
     appends (start = positions so far); a diffusion step with a cache recomputes a span of the canvas
     and reads the cached rest. Returns logits [B*n, V], or [B, V] for each sequence's last position.
     """
