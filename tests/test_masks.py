@@ -35,7 +35,7 @@ def sees(mask, p, j, t):
 
 def test_kinds_and_validation():
     assert CAUSAL == block_causal(1) == AttentionMask(1) and BIDIRECTIONAL == AttentionMask(0) == AttentionMask(None)
-    assert str(CAUSAL) == "causal" and str(BIDIRECTIONAL) == "bidirectional" and str(block_causal(4)) == "block-causal(4)"
+    assert [str(m) for m in (CAUSAL, BIDIRECTIONAL, block_causal(4))] == ["causal", "bidirectional", "block-causal(4)"]
     assert block_causal(np.int64(4)).block == 4 and type(block_causal(np.int64(4)).block) is int
     for bad in (-1, 2.0, 1.5, True, "2"):
         with pytest.raises(ValueError, match="block"):
