@@ -25,7 +25,7 @@ __all__ = ["AttentionMask", "CAUSAL", "BIDIRECTIONAL", "block_causal"]
 
 @dataclasses.dataclass(frozen=True)
 class AttentionMask:
-    block: int  # b: 1 causal, 0 bidirectional, >= 2 block-causal
+    block: int  # b: 1 causal, 0 (None becomes 0) bidirectional, >= 2 block-causal
 
     def __post_init__(self):
         b = 0 if self.block is None else self.block
