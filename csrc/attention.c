@@ -9,10 +9,14 @@
    a block of queries times the heads sharing one kv head. Vectors run over the rows, so the scores
    S^T[KB][rows] = K Q^T and the output O^T[hd][rows] += V^T P^T are small GEMMs in registers (each
    key and value row is read once per task, straight from the cache, with no transpose) and the
-   softmax needs no horizontal sums. Threads split the tasks; under causal masking they are ordered
-   first, last, second, second last... query block, so any contiguous range costs about the same.
+   softmax needs no horizontal sums. Threads split the tasks; a query sees more keys the later it
+   sits (causal and block-causal masks), so the query blocks are ordered first, last, second, second
+   last... and any contiguous range of tasks costs about the same.
    One query (decoding): a head per task, dot products straight from k; the tiled path would leave
-   most lanes empty. */
+   most lanes empty.
+
+   The mask is a number (masks.py, block): each query visits only the keys before its end, key_end;
+   a tile visits those of its last query, and weighs keys per row only past its first query's end. */
 #include <math.h>
 #include <stdlib.h>
 #include "internal.h"
@@ -28,31 +32,41 @@ struct attn {
     const float *q;      /* [n,heads,hd] */
     const float *k, *v;  /* [t,kv_heads,hd] */
     float *out;          /* [n,heads,hd] */
-    const uint8_t *mask; /* [n,t] nonzero = may attend, or NULL */
-    int64_t n, t, heads, kv_heads, hd, q_pos0;
-    int causal;
+    int64_t n, t, heads, kv_heads, hd;
+    int64_t block;       /* the mask: 1 causal, 0 bidirectional, b >= 2 block-causal */
+    int64_t q_pos0;      /* position of query 0 */
     float scale;
     int64_t group;       /* heads per kv head */
     int64_t nh, qb;      /* tiled: heads and queries per task (nh * qb <= RMAX) */
     int64_t hchunks;     /* tiled: tasks of nh heads per kv head */
     int64_t qblocks;     /* tiled: query blocks of qb */
+    int failed;          /* set (atomically) by a task whose scratch memory could not be had */
 };
+
+/* the keys the query at position p sees: 0 .. key_end - 1 (causal, the common case, without the
+   division: the tiles take an end per row) */
+static inline int64_t key_end(const struct attn *a, int64_t p)
+{
+    int64_t b = a->block, end = b == 1 ? p + 1 : b ? (p / b + 1) * b : a->t;
+    return end < a->t ? end : a->t;
+}
 
 #define TD_ISA_FILE "attention_isa.h"
 #include "foreach_isa.h"
 
-void td_attention_f32(const float *q, const float *k, const float *v, float *out, const uint8_t *mask,
-                      int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd,
-                      int causal, int64_t q_pos0, float scale)
+int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,
+                     int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t q_pos0, float scale)
 {
-    struct attn a = {q, k, v, out, mask, n, t, heads, kv_heads, hd, q_pos0, causal, scale, heads / kv_heads};
+    struct attn a = {.q = q, .k = k, .v = v, .out = out, .n = n, .t = t, .heads = heads, .kv_heads = kv_heads,
+                     .hd = hd, .block = block, .q_pos0 = q_pos0, .scale = scale, .group = heads / kv_heads};
     if (n < TILE_MIN_N || heads == 0) { /* (no heads: no tasks) */
         td_parallel_for(TD_PICK(attend_rows), &a, n * heads, 4.0 * t * hd);
-        return;
+        return a.failed ? -1 : 0;
     }
     a.nh = a.group < RMAX ? a.group : RMAX;
     a.qb = RMAX / a.nh;
     a.hchunks = (a.group + a.nh - 1) / a.nh;
     a.qblocks = (n + a.qb - 1) / a.qb;
     td_parallel_for(TD_PICK(attend_tiles), &a, a.qblocks * kv_heads * a.hchunks, 4.0 * t * hd * a.qb * a.nh);
+    return a.failed ? -1 : 0;
 }

@@ -70,16 +70,14 @@ TARGET TD_INLINE void ISA(scale)(float *y, float c, int64_t len)
         y[i] *= c;
 }
 
-/* One query's softmax over a key block, online: s[KB] holds the raw scores q.k; keys from nb on and
-   those with allowed[j] == 0 (allowed may be NULL) get weight 0. Turns s into the weights
-   exp(s*scale - m) under the running max *m, adds them to the running sum *l, and rescales the
-   output acc[hd] summed so far when the max grows. */
-TARGET TD_INLINE void ISA(softmax_block)(const struct attn *a, float *s, int64_t nb, const uint8_t *allowed,
-                                         float *m, float *l, float *acc)
+/* One query's softmax over a key block, online: s[KB] holds the raw scores q.k; keys from nb on get
+   weight 0. Turns s into the weights exp(s*scale - m) under the running max *m, adds them to the
+   running sum *l, and rescales the output acc[hd] summed so far when the max grows. */
+TARGET TD_INLINE void ISA(softmax_block)(const struct attn *a, float *s, int64_t nb, float *m, float *l, float *acc)
 {
     float bmax = -INFINITY;
     for (int64_t j = 0; j < KB; j++) {
-        s[j] = j < nb && !(allowed && !allowed[j]) ? s[j] * a->scale : -INFINITY;
+        s[j] = j < nb ? s[j] * a->scale : -INFINITY;
         bmax = s[j] > bmax ? s[j] : bmax;
     }
     if (bmax == -INFINITY) { /* nothing to see in this block */
@@ -128,22 +126,22 @@ TARGET TD_INLINE void ISA(add_values)(float *acc, const float *p, const float *v
 /* tasks [b, e): task = query * heads + head */
 TARGET static void ISA(attend_rows)(void *ctx, int64_t b, int64_t e)
 {
-    const struct attn *a = ctx;
+    struct attn *a = ctx;
     int64_t hd = a->hd, kvstride = a->kv_heads * hd;
     float *p = malloc(sizeof(float) * (KB + hd)), *acc = p + KB; /* p[KB] weights, acc[hd] output */
-    if (!p)
-        abort();
+    if (!p) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
     for (int64_t task = b; task < e; task++) {
-        int64_t i = task / a->heads, h = task % a->heads, end = a->t;
+        int64_t i = task / a->heads, h = task % a->heads, end = key_end(a, a->q_pos0 + i);
         const float *q = a->q + task * hd, *k = a->k + h / a->group * hd, *v = k - a->k + a->v;
-        if (a->causal && a->q_pos0 + i + 1 < end)
-            end = a->q_pos0 + i + 1;
         float m = -INFINITY, l = 0.0f;
         memset(acc, 0, sizeof(float) * hd);
         for (int64_t j0 = 0; j0 < end; j0 += KB) {
             int64_t nb = end - j0 < KB ? end - j0 : KB;
             ISA(scores)(q, k + j0 * kvstride, kvstride, hd, nb, p);
-            ISA(softmax_block)(a, p, nb, a->mask ? a->mask + i * a->t + j0 : NULL, &m, &l, acc);
+            ISA(softmax_block)(a, p, nb, &m, &l, acc);
             ISA(add_values)(acc, p, v + j0 * kvstride, kvstride, nb, hd);
         }
         float *out = a->out + task * hd, inv = l > 0.0f ? 1.0f / l : 0.0f;
@@ -238,16 +236,16 @@ TARGET TD_INLINE VEC ISA(block_max)(const float *st, int64_t nb, int64_t rp)
     return VMAX(VMAX(m0, m1), VMAX(m2, m3));
 }
 
-/* Online softmax over a key block, a row per lane: st[nb][rp] holds the scores in log2 units (-inf
-   where the mask said no) and becomes the weights 2^(s - m) under the running max m[rp]; l[rp] gets
-   their sums and ot[hd][rp], the output so far, is rescaled by 2^(m_old - m_new). causal: key
-   j0 + j is also masked for rows whose last visible position lim[rp] is below it. */
-TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64_t j0, int causal,
+/* Online softmax over a key block, a row per lane: st[nb][rp] holds the scores in log2 units and
+   becomes the weights 2^(s - m) under the running max m[rp]; l[rp] gets their sums and ot[hd][rp],
+   the output so far, is rescaled by 2^(m_old - m_new). masked: some row's last visible key lim[rp]
+   falls in the block, and key j0 + j weighs 0 for the rows whose lim is below it. */
+TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64_t j0, int masked,
                                         const int32_t *lim, float *m, float *l, float *ot, int64_t hd)
 {
     const VEC ninf = (VEC){0} - __builtin_inff();
     for (int64_t r = 0; r < rp; r += VL) {
-        if (causal) {
+        if (masked) {
             VI last;
             memcpy(&last, lim + r, sizeof last);
             for (int64_t j = 0; j < nb; j++) {
@@ -270,19 +268,6 @@ TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64
     }
 }
 
-/* st[j][r] = -inf where the mask keeps row r's query (row r = query il * nh + head) from key j0 + j */
-TARGET TD_INLINE void ISA(mask_rows)(const struct attn *a, float *st, int64_t nb, int64_t rp, int64_t i0, int64_t nq,
-                                     int64_t nh, int64_t j0)
-{
-    for (int64_t il = 0; il < nq; il++) {
-        const uint8_t *allowed = a->mask + (i0 + il) * a->t + j0;
-        for (int64_t j = 0; j < nb; j++)
-            if (!allowed[j])
-                for (int64_t hl = 0; hl < nh; hl++)
-                    st[j * rp + il * nh + hl] = -INFINITY;
-    }
-}
-
 /* Queries [i0, i0 + nq) times heads [h0, h0 + nh), all of one kv head: rows r = il * nh + hl, padded
    to rp, a multiple of VL. scratch: qt[hd][RMAX], st[KB][RMAX], ot[hd][RMAX], m, l, lim[RMAX]. */
 TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t nq, int64_t h0, int64_t nh,
@@ -297,18 +282,15 @@ TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t
         const float *q = a->q + ((i0 + r / nh) * a->heads + h0 + r % nh) * hd;
         for (int64_t d = 0; d < hd; d++)
             qt[d * rp + r] = r < rows ? q[d] * log2e_scale : 0.0f;
-        m[r] = -INFINITY, l[r] = 0.0f, lim[r] = (int32_t)(a->q_pos0 + i0 + r / nh);
+        m[r] = -INFINITY, l[r] = 0.0f, lim[r] = (int32_t)(key_end(a, a->q_pos0 + i0 + r / nh) - 1);
     }
     memset(ot, 0, sizeof(float) * hd * rp);
-    int64_t end = a->t; /* keys any query of the block may see */
-    if (a->causal && a->q_pos0 + i0 + nq < end)
-        end = a->q_pos0 + i0 + nq;
+    /* ends grow with the position: the first query sees the fewest keys, the last the most */
+    int64_t first = key_end(a, a->q_pos0 + i0), end = key_end(a, a->q_pos0 + i0 + nq - 1);
     for (int64_t j0 = 0; j0 < end; j0 += KB) {
         int64_t nb = end - j0 < KB ? end - j0 : KB;
         ISA(gemm_rows)(st, k + j0 * kvstride, kvstride, 1, qt, rp, hd, 0, nb); /* st[j] = q k_j scale log2e */
-        if (a->mask)
-            ISA(mask_rows)(a, st, nb, rp, i0, nq, nh, j0);
-        ISA(softmax_rows)(st, nb, rp, j0, a->causal && j0 + nb - 1 > a->q_pos0 + i0, lim, m, l, ot, hd);
+        ISA(softmax_rows)(st, nb, rp, j0, j0 + nb > first, lim, m, l, ot, hd);
         ISA(gemm_rows)(ot, v + j0 * kvstride, 1, kvstride, st, rp, nb, 1, hd); /* ot[d] += p v[.][d] */
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -322,10 +304,12 @@ TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t
    query blocks in the order first, last, second, second last... */
 TARGET static void ISA(attend_tiles)(void *ctx, int64_t b, int64_t e)
 {
-    const struct attn *a = ctx;
+    struct attn *a = ctx;
     float *scratch = malloc(sizeof(float) * ((2 * a->hd + KB + 3) * RMAX)); /* attend_tile */
-    if (!scratch)
-        abort();
+    if (!scratch) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
     for (int64_t task = b; task < e; task++) {
         int64_t per = a->kv_heads * a->hchunks, o = task / per, kvh = task % per / a->hchunks;
         int64_t qblock = o % 2 ? a->qblocks - 1 - o / 2 : o / 2, i0 = qblock * a->qb;

@@ -33,8 +33,9 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     add_bias(k, w->k_bias, kvd);
     add_bias(v, w->v_bias, kvd);
     td_rope_qk_f32(s->q, k, &pos, s->inv_freq, 1, s->heads, s->kv_heads, s->hd);
-    td_attention_f32(s->q, k_cache, v_cache, s->att, NULL, 1, pos + 1, s->heads, s->kv_heads, s->hd, 1, pos,
-                     (float)(1.0 / sqrt((double)s->hd)));                        /* att [H*hd] */
+    if (td_attention_f32(s->q, k_cache, v_cache, s->att, 1, pos + 1, s->heads, s->kv_heads, s->hd, 1, pos,
+                         (float)(1.0 / sqrt((double)s->hd))))                    /* att [H*hd], causal */
+        return -1;
     if (td_matmuls(&w->o_type, s->att, 1, qd, 1, (void **)&w->o_proj, &x, &d, 1))   /* x += [d] */
         return -1;
     add_bias(x, w->o_bias, d);

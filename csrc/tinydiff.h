@@ -50,13 +50,15 @@ void td_rope_qk_f32(float *q, float *k, const int64_t *pos, const float *inv_fre
 /* y[len] = silu(gate) * up */
 void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len);
 
-/* out[n,H,hd] = softmax(q k^T * scale + mask) v with q[n,H,hd], k,v[t,KVH,hd]; head h uses kv head
-   h / (H/KVH). causal: query i sees keys j <= q_pos0 + i. mask (may be NULL): uint8 [n,t], nonzero =
-   may attend; combined with causal when both are given. A query that may attend no key gets zeros.
-   Masked keys weigh exactly 0: their v rows must be finite, as in softmax(...) @ v. */
-void td_attention_f32(const float *q, const float *k, const float *v, float *out, const uint8_t *mask,
-                      int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd,
-                      int causal, int64_t q_pos0, float scale);
+/* out[n,H,hd] = softmax(q k^T * scale over the visible keys) v with q[n,H,hd], k,v[t,KVH,hd]; head h
+   uses kv head h / (H/KVH). The mask is data (tinydiff/masks.py): query i sits at position
+   p = q_pos0 + i and sees keys j < min(t, (p / block + 1) * block), every key if block == 0. So block
+   1 is causal, 0 bidirectional, b >= 2 block-causal (bidirectional inside blocks of b positions,
+   causal across them). A query that sees no key gets zeros. Hidden keys weigh exactly 0: their v
+   rows must be finite, as in softmax(...) @ v. Returns 0, or -1 (out partly written) if scratch
+   memory could not be had. */
+int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,
+                     int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t q_pos0, float scale);
 
 /* one decoder layer for one new token (layer.c): transformer.forward's loop body for B = n = 1 */
 struct td_layer {                   /* one layer's weights, each matrix of its own type */
@@ -76,7 +78,7 @@ struct td_decode {                  /* the model's sizes and one token's scratch
 };
 /* x[d] += the layer's attention and MLP blocks for the token at position pos; its K and V go into
    row pos of k_cache and v_cache [pos+1, KVH*hd], and attention reads rows 0..pos. Returns 0, or -1
-   if a matmul's scratch memory could not be had. */
+   if a matmul's or attention's scratch memory could not be had. */
 int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, float *k_cache,
                     float *v_cache, int64_t pos);
 

@@ -11,6 +11,7 @@ import pytest
 import tinydiff
 from tinydiff.cli import main
 from tinydiff.engine import kernels
+from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 MODEL = os.path.join(HF, "llama-gqa")
@@ -236,9 +237,9 @@ def test_bench_json_has_each_test_with_its_ledger_costs(capsys, fixed_roofline):
     assert [r["test"] for r in rows] == ["pp16", "tg4", "dd16x2"]
     model = tinydiff.load(MODEL)
     pp, tg, dd = rows
-    assert pp["flops"] == tinydiff.cost.forward(model.config, 16, 0, causal=True)["flops"]
-    assert tg["flops"] == sum(tinydiff.cost.forward(model.config, 1, i, causal=True)["flops"] for i in range(1, 5))
-    assert dd["flops"] == 2 * tinydiff.cost.forward(model.config, 16, 0, causal=False)["flops"]
+    assert pp["flops"] == tinydiff.cost.forward(model.config, 16, 0, CAUSAL)["flops"]
+    assert tg["flops"] == sum(tinydiff.cost.forward(model.config, 1, i, CAUSAL)["flops"] for i in range(1, 5))
+    assert dd["flops"] == 2 * tinydiff.cost.forward(model.config, 16, 0, BIDIRECTIONAL)["flops"]
     assert all(len(r["seconds"]) == 2 and r["roofline_seconds"] > 0 for r in rows)
 
 

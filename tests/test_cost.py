@@ -8,6 +8,7 @@ import pytest
 import tinydiff
 from tinydiff.engine import cost
 from tinydiff.engine.ledger import Ledger
+from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL
 from tinydiff.formats import quant
 from tinydiff.measure.shapes import stored_as
 
@@ -30,15 +31,15 @@ def test_autoregressive_prefill_and_decode_passes_equal_the_cost_model(model):
     with Ledger() as led:
         new = model.generate_ids(ids, 6, temperature=0)
     assert len(led.passes) == len(new)                      # the prefill, then one pass per token but the last
-    assert led.passes[0] == cost.forward(model.config, len(ids), 0, causal=True)
+    assert led.passes[0] == cost.forward(model.config, len(ids), 0, CAUSAL)
     for i, p in enumerate(led.passes[1:]):
-        assert p == cost.forward(model.config, 1, len(ids) + i, causal=True)
+        assert p == cost.forward(model.config, 1, len(ids) + i, CAUSAL)
 
 
 def test_full_logits_pass_books_the_lm_head_on_every_row(model):
     with Ledger() as led:
         model.logits([5, 6, 7, 8])
-    assert led.passes == [cost.forward(model.config, 4, 0, causal=True, all_logits=True)]
+    assert led.passes == [cost.forward(model.config, 4, 0, CAUSAL, all_logits=True)]
 
 
 def test_full_canvas_diffusion_steps_equal_the_cost_model(diffusion_model):
@@ -47,7 +48,7 @@ def test_full_canvas_diffusion_steps_equal_the_cost_model(diffusion_model):
     with Ledger() as led:
         m.denoise_ids(ids, 8, steps=4, eos="keep")
     L = len(ids) + 8
-    assert led.passes == [cost.forward(m.config, L, 0, causal=False)] * 4
+    assert led.passes == [cost.forward(m.config, L, 0, BIDIRECTIONAL)] * 4
 
 
 @pytest.mark.parametrize("cache", ["prefix", "dual"])
@@ -61,11 +62,11 @@ def test_each_cache_mode_equals_the_cost_model_and_does_less_after_a_blocks_firs
     expected = []
     for b in range(gen // block):
         start = P + b * block
-        expected.append(cost.forward(m.config, L, 0, causal=False))                 # full: refreshes the cache
+        expected.append(cost.forward(m.config, L, 0, BIDIRECTIONAL))                # full: refreshes the cache
         if cache == "prefix":
-            expected.append(cost.forward(m.config, L - start, start, causal=False))  # the block and after
+            expected.append(cost.forward(m.config, L - start, start, BIDIRECTIONAL))  # the block and after
         else:
-            expected.append(cost.forward(m.config, block, start, causal=False, n_kv=L))  # the block alone
+            expected.append(cost.forward(m.config, block, start, BIDIRECTIONAL, n_kv=L))  # the block alone
     assert led.passes == expected
     full = expected[0]["flops"]
     assert all(p["flops"] < full for p in led.passes[1::2])
@@ -76,14 +77,14 @@ def test_guidance_runs_both_rows_in_one_pass(diffusion_model):
     ids = m.tokenizer.encode("Once upon a time")
     with Ledger() as led:
         m.denoise_ids(ids, 4, steps=2, cfg_scale=1.0, eos="keep")
-    assert led.passes == [cost.forward(m.config, len(ids) + 4, 0, causal=False, batch=2)] * 2
+    assert led.passes == [cost.forward(m.config, len(ids) + 4, 0, BIDIRECTIONAL, batch=2)] * 2
 
 
 def test_decode_reads_every_weight_once_and_prefill_does_not_read_them_more():
     m = tinydiff.load(os.path.join(HF, "llama-gqa"))
     weights = sum(a.nbytes for a in m._arrays()) - m.weights.embed_tokens.nbytes   # untied: rows gathered
-    one = cost.forward(m.config, 1, 10, causal=True)
-    many = cost.forward(m.config, 64, 0, causal=True)
+    one = cost.forward(m.config, 1, 10, CAUSAL)
+    many = cost.forward(m.config, 64, 0, CAUSAL)
     d = m.config.hidden_size * 4
     assert one["bytes"]["weights"] == weights + d
     assert many["bytes"]["weights"] == weights + 64 * d
@@ -99,9 +100,9 @@ def test_quantized_passes_equal_the_cost_model_with_their_real_weight_bytes(mode
     ids = m.tokenizer.encode("Once upon a time")
     with Ledger() as led:
         m.generate_ids(ids, 3, temperature=0)
-    assert led.passes[0] == cost.forward(m.config, len(ids), 0, causal=True, dtype_bytes=wb)
+    assert led.passes[0] == cost.forward(m.config, len(ids), 0, CAUSAL, dtype_bytes=wb)
     for i, p in enumerate(led.passes[1:]):
-        assert p == cost.forward(m.config, 1, len(ids) + i, causal=True, dtype_bytes=wb)
+        assert p == cost.forward(m.config, 1, len(ids) + i, CAUSAL, dtype_bytes=wb)
     arrays = m._arrays()
     read = sum(a.nbytes for a in arrays if a is not m.weights.embed_tokens or a is m.weights.lm_head)
     assert led.passes[1]["bytes"]["weights"] == read + m.weights.embed_tokens[:1].nbytes

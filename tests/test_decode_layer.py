@@ -12,6 +12,7 @@ from tinydiff.engine import kernels as K
 from tinydiff.engine import transformer
 from tinydiff.engine.config import config_from_dict
 from tinydiff.engine.ledger import Ledger
+from tinydiff.engine.masks import CAUSAL
 from tinydiff.engine.weights import random_weights
 from tinydiff.formats import quant
 from tinydiff.measure.shapes import stored_as
@@ -47,7 +48,7 @@ def run(m, ids, prefill, one_call):
         if one_call:
             logits.append(t.forward(ids[:, i:i + 1], state, i))
         else:
-            logits.append(t.layers(ids[:, i:i + 1], state, i, None, True, False))
+            logits.append(t.layers(ids[:, i:i + 1], state, i, None, CAUSAL, False))
     return np.array(logits), state.cache
 
 

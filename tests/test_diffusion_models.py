@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tinydiff
+from tinydiff.engine.masks import BIDIRECTIONAL
 from tinydiff.engine.weights import HF_NAMES, LLADA_NAMES
 from tinydiff.errors import ModelError
 from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
@@ -28,7 +29,7 @@ def reference(name):
 def test_bidirectional_logits_match_transformers_without_its_causal_mask(name):
     ref = reference(name)
     expected = np.load(os.path.join(HF, name, ref["bidirectional_logits_file"]), allow_pickle=False)
-    got = tinydiff.load(os.path.join(HF, name)).logits(ref["input_ids"][0], causal=False)
+    got = tinydiff.load(os.path.join(HF, name)).logits(ref["input_ids"][0], mask=BIDIRECTIONAL)
     assert np.abs(got - expected).max() <= 1e-3 * np.abs(expected).max()
 
 
@@ -69,7 +70,8 @@ def test_llada_layout_gives_the_llama_models_bidirectional_logits(tmp_path):
     llada = tinydiff.load(str(tmp_path / "llada"))
     assert not llada.config.causal and llada.config.mask_token_id == 2
     ids = reference("llama-gqa")["input_ids"][0]
-    np.testing.assert_array_equal(llada.logits(ids, causal=False), tinydiff.load(src).logits(ids, causal=False))
+    np.testing.assert_array_equal(llada.logits(ids, mask=BIDIRECTIONAL),
+                                  tinydiff.load(src).logits(ids, mask=BIDIRECTIONAL))
 
 
 def test_llada_config_that_the_engine_does_not_implement_is_an_error(tmp_path):
@@ -89,8 +91,8 @@ def test_dream_rows_are_shifted_so_row_i_is_the_token_at_position_i(tmp_path):
               open(dst / "config.json", "w"))
     dream = tinydiff.load(str(dst))
     ids = reference("qwen2-bias")["input_ids"][0]
-    plain = tinydiff.load(src).logits(ids, causal=False)               # row i predicts position i+1
-    shifted = dream.logits(ids, causal=False)
+    plain = tinydiff.load(src).logits(ids, mask=BIDIRECTIONAL)      # row i predicts position i+1
+    shifted = dream.logits(ids, mask=BIDIRECTIONAL)
     np.testing.assert_array_equal(shifted[1:], plain[:-1])
     np.testing.assert_array_equal(shifted[0], plain[0])
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tinydiff
+from tinydiff.engine.masks import BIDIRECTIONAL
 from tinydiff.errors import ModelError, UsageError
 from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
 from tinydiff.training import evaluate
@@ -153,7 +154,7 @@ def exact_elbo(model, canvas, first):
         for S in itertools.combinations(range(first, len(canvas)), l):
             x = np.array(canvas)
             x[list(S)] = MASK
-            lp = log_probs(model.logits(x, causal=False))
+            lp = log_probs(model.logits(x, mask=BIDIRECTIONAL))
             losses[S] = -sum(lp[i, canvas[i]] for i in S)
     total = sum(v / len(S) / math.comb(m, len(S)) for S, v in losses.items())
     return total, losses
@@ -181,7 +182,7 @@ class VisibleCounter:
         logits[..., 1] = 2.0 * (x == 1).sum(axis=1)[:, None]
         return logits
 
-    def logits(self, ids, causal=False):
+    def logits(self, ids, mask=BIDIRECTIONAL):
         return self.canvas_logits(np.asarray([ids]), None)[0]
 
 

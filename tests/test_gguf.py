@@ -26,6 +26,7 @@ import tinydiff
 from tinydiff.convert import convert
 from tinydiff.engine import kernels
 from tinydiff.engine.gguf_model import permute_rows
+from tinydiff.engine.masks import BIDIRECTIONAL
 from tinydiff.engine.weights import GGUF_NAMES, HF_NAMES, LayerWeights, Weights
 from tinydiff.errors import ModelError
 from tinydiff.formats import quant
@@ -231,7 +232,7 @@ def test_a_masked_diffusion_model_round_trips(tmp_path):
     ours, hf = tinydiff.load(str(tmp_path / "mdm.gguf")), tinydiff.load(str(src))
     assert not ours.config.causal and ours.config.mask_token_id == 2
     ids = reference("llama-gqa")["input_ids"][0]
-    np.testing.assert_array_equal(ours.logits(ids, causal=False), hf.logits(ids, causal=False))
+    np.testing.assert_array_equal(ours.logits(ids, mask=BIDIRECTIONAL), hf.logits(ids, mask=BIDIRECTIONAL))
     assert ours.denoise_ids(ids, 8, steps=4) == hf.denoise_ids(ids, 8, steps=4)
 
 
@@ -250,7 +251,7 @@ def test_llada_and_dream_become_llama_cpps_masked_diffusion_architectures(tmp_pa
         ours, hf = tinydiff.load(str(tmp_path / f"{name}.gguf")), tinydiff.load(str(tmp_path / name))
         assert not ours.config.causal and ours.config.shifted_logits is shifted
         ids = reference("llama-gqa")["input_ids"][0]
-        np.testing.assert_array_equal(ours.logits(ids, causal=False), hf.logits(ids, causal=False))
+        np.testing.assert_array_equal(ours.logits(ids, mask=BIDIRECTIONAL), hf.logits(ids, mask=BIDIRECTIONAL))
 
 
 def test_permutation_is_llama_cpps_and_undone_by_its_inverse():

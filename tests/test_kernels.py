@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tinydiff.engine import kernels as K
 from tinydiff.engine import reference as R
+from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL, block_causal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -184,48 +185,36 @@ def check_attention(q, k, v, **kw):
     return got
 
 
+MASKS = st.sampled_from([CAUSAL, BIDIRECTIONAL, block_causal(2), block_causal(5)])
+
+
 @given(n=st.integers(1, 12), extra=st.integers(0, 70), kvh=st.integers(1, 3), group=st.sampled_from([1, 2, 3]),
-       hd=st.sampled_from([1, 3, 16, 17, 64]), mode=st.sampled_from(["causal", "bidirectional", "mask", "mask+causal"]),
-       seed=st.integers(0, 99))
-def test_attention(level, n, extra, kvh, group, hd, mode, seed):
-    t = n + extra  # causal: queries are the last n positions of a KV cache of t keys
+       hd=st.sampled_from([1, 3, 16, 17, 64]), mask=MASKS, seed=st.integers(0, 99))
+def test_attention(level, n, extra, kvh, group, hd, mask, seed):
+    t = n + extra  # queries are the last n positions of a KV cache of t keys
     q, k, v = data(seed, n, kvh * group, hd), data(seed + 1, t, kvh, hd), data(seed + 2, t, kvh, hd)
-    mask = np.random.default_rng(seed).random((n, t)) < 0.7 if "mask" in mode else None
-    got = check_attention(q, k, v, causal="causal" in mode, q_pos0=extra, mask=mask)
-    if mask is not None:
-        allowed = mask & (np.arange(t) <= extra + np.arange(n)[:, None]) if "causal" in mode else mask
-        assert np.all(got[~allowed.any(1)] == 0), "a query with no key allowed gets zeros"
+    check_attention(q, k, v, mask=mask, q_pos0=extra)
 
 
 @settings(max_examples=60)
 @given(n=st.integers(1, 70), extra=st.integers(0, 140), kvh=st.integers(1, 2),
        group=st.sampled_from([1, 2, 3, 4, 9, 50]), hd=st.sampled_from([1, 3, 17, 64]),
-       mode=st.sampled_from(["causal", "bidirectional", "mask", "mask+causal"]), seed=st.integers(0, 99),
-       behind=st.integers(0, 20))
-def test_attention_tiles(level, n, extra, kvh, group, hd, mode, seed, behind):
+       mask=MASKS, seed=st.integers(0, 99), behind=st.integers(0, 20))
+def test_attention_tiles(level, n, extra, kvh, group, hd, mask, seed, behind):
     """The many-query path: query blocks of 48 rows (16 queries of 3 heads, 48 of 1, 5 of 9, heads
-    past 48 in several tasks), key blocks of 64 and their ends, rows with no key in a block or at all."""
+    past 48 in several tasks), key blocks of 64 and their ends, rows whose keys end inside a block."""
     t = n + extra
     q, k, v = data(seed, n, kvh * group, hd), data(seed + 1, t, kvh, hd), data(seed + 2, t, kvh, hd)
-    mask = None
-    if "mask" in mode:
-        rng = np.random.default_rng(seed)
-        mask = rng.random((n, t)) < 0.7
-        mask[::5] = False                       # queries that may attend nothing
-        mask[1::3, 64:128] = False              # a key block with nothing to see for some queries
-    got = check_attention(q, k, v, causal="causal" in mode, q_pos0=max(extra - behind, 0), mask=mask)
-    if mask is not None:
-        assert np.all(got[::5] == 0), "a query with no key allowed gets zeros"
+    check_attention(q, k, v, mask=mask, q_pos0=max(extra - behind, 0))
 
 
 def test_attention_options():
     q, k, v = data(0, 4, 4, 8), data(1, 10, 2, 8), data(2, 10, 2, 8)
     check_attention(q, k, v, q_pos0=6, scale=0.3)
-    check_attention(q, k, v, causal=False, mask=np.ones((4, 10), np.int32))  # a non-bool mask: nonzero = True
+    check_attention(q, k, v, mask=BIDIRECTIONAL)
     check_attention(q.astype(np.float64), k[:, ::-1], v, q_pos0=2)  # q_pos0 + n < t: later keys unseen
-    check_attention(q[:, :, ::2], k[..., ::2], v[..., ::2], causal=False)
-    np.testing.assert_array_equal(K.attention(q, k, v, mask=np.zeros((4, 10), bool)), 0)
-    np.testing.assert_array_equal(K.attention(q, k[:0], v[:0], causal=False), 0)  # no keys at all
+    check_attention(q[:, :, ::2], k[..., ::2], v[..., ::2], mask=BIDIRECTIONAL)
+    np.testing.assert_array_equal(K.attention(q, k[:0], v[:0], mask=BIDIRECTIONAL), 0)  # no keys at all
     assert K.attention(q[:0], k, v).shape == (0, 4, 8)
     out = np.empty_like(q)
     assert K.attention(q, k, v, out=out) is out
@@ -233,8 +222,8 @@ def test_attention_options():
         args = dict(q=q, k=k, v=v) | bad
         with pytest.raises(ValueError, match="do not fit"):
             K.attention(args["q"], args["k"], args["v"])
-    with pytest.raises(ValueError, match="mask"):
-        K.attention(q, k, v, mask=np.ones((4, 9), bool))
+    with pytest.raises(ValueError, match="AttentionMask"):  # a dense mask: masks are data
+        K.attention(q, k, v, mask=np.ones((4, 10), bool))
     with pytest.raises(ValueError):
         K.attention(q, k, v, out=q)
 
@@ -269,7 +258,7 @@ def run_all(seed):
     rope_x = data(seed, 64, 8, 64)
     K.rope(rope_x, np.arange(64), inv_freq(64))
     return [K.matmul(x, w), K.matmul(x[0], w), K.attention(q, k, v, q_pos0=60),
-            K.attention(q, k, v, causal=False), K.rmsnorm(data(seed, 300, 400), data(seed, 400), 1e-6),
+            K.attention(q, k, v, mask=BIDIRECTIONAL), K.rmsnorm(data(seed, 300, 400), data(seed, 400), 1e-6),
             K.softmax(data(seed, 300, 400)), K.silu_mul(data(seed, 100000), data(seed + 1, 100000)), rope_x]
 
 

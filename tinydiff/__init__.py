@@ -4,11 +4,11 @@
     model = tinydiff.load("weights/...")
     print(model.generate("Once upon a time", max_new_tokens=64))
 """
-from .engine import cost
+from .engine import cost, masks
 from .engine.ledger import Ledger
 from .errors import ModelError, TinydiffError, UsageError
 from .formats.tokenizer import Tokenizer
 from .model import Model, load, set_threads
 
-__all__ = ["load", "Model", "Tokenizer", "Ledger", "cost", "set_threads", "TinydiffError", "UsageError", "ModelError"]
+__all__ = ["load", "Model", "Tokenizer", "Ledger", "cost", "masks", "set_threads", "TinydiffError", "UsageError", "ModelError"]
 __version__ = "0.1.0"

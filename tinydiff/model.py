@@ -19,6 +19,7 @@ from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
 from .engine.gguf_model import load_gguf
+from .engine.masks import BIDIRECTIONAL, CAUSAL
 from .engine.transformer import Transformer
 from .engine.weights import load_weights
 from .errors import ModelError, UsageError
@@ -207,20 +208,20 @@ class Model:
 
     # -- logits --------------------------------------------------------------------------------
 
-    def logits(self, ids, causal=True):
+    def logits(self, ids, mask=CAUSAL):
         """One full forward pass over ids, no cache kept: logits [len(ids), V] float32.
 
-        causal=True: row i predicts the token after position i. causal=False (masked diffusion):
+        mask=CAUSAL: row i predicts the token after position i. BIDIRECTIONAL (masked diffusion):
         row i is the distribution of the token at position i, for every model (Dream's shift is
-        applied here)."""
+        applied here). Another mask: the plain pass under it."""
         ids = self._ids(ids)
         if len(ids) > self.config.max_position_embeddings:
             raise UsageError(f"logits: {len(ids)} ids exceed the context of "
                              f"{self.config.max_position_embeddings} positions")
         state = self.transformer.state(len(ids))
-        if not causal:
+        if mask == BIDIRECTIONAL:
             return self.transformer.canvas_logits(ids[None], state)[0]
-        return self.transformer.forward(ids[None], state, 0)
+        return self.transformer.forward(ids[None], state, 0, mask=mask)
 
     # -- autoregressive generation -----------------------------------------------------------
 

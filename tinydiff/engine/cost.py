@@ -14,6 +14,8 @@ sort and similar bookkeeping are not counted as FLOPs.
 """
 import functools
 
+from .masks import CAUSAL
+
 F32 = 4
 # A decode loop books the same few shapes at every step: the per-op costs are remembered, so
 # booking with a ledger open is a look-up. Their results are shared: read them, never change them.
@@ -35,11 +37,6 @@ def attention(n, heads, kv_heads, hd, t, scores):
     the output written."""
     return 4 * hd * heads * scores, {"kv_read": 2 * t * kv_heads * hd * F32,
                                      "activations": 2 * n * heads * hd * F32}
-
-
-def causal_scores(n, past):
-    """Query i (at position past + i) attends to past + i + 1 keys."""
-    return n * past + n * (n + 1) // 2
 
 
 @_memo
@@ -115,24 +112,26 @@ def layer(config, n, w_bytes=F32):
     return entries
 
 
-def forward(config, n_new, n_past, causal, dtype_bytes=F32, n_kv=None, batch=1, all_logits=None):
+def forward(config, n_new, n_past, mask, dtype_bytes=F32, n_kv=None, batch=1, all_logits=None):
     """FLOPs and bytes of one forward pass, from the config alone, shaped like one Ledger pass.
 
     dtype_bytes: bytes a weight of the matrices takes (4 f32, 2 f16/bf16, 34/32 Q8_0, 18/32 Q4_0);
     the vectors (norm weights, biases) stay f32, as GGUF files keep them.
 
-    n_new positions are computed (per sequence, `batch` sequences) after n_past cached ones.
+    n_new positions are computed (per sequence, `batch` sequences) after n_past cached ones, under
+    mask (masks.py: CAUSAL, BIDIRECTIONAL, block_causal(b)), the first new one at position n_past.
     Attention reads n_kv keys (default n_past + n_new; a diffusion step with a dual cache reads the
     whole canvas while computing only a block). all_logits: LM head on every new position
-    (default: bidirectional passes do, causal passes only the last, as decoding needs).
+    (default: all but causal passes do; those only the last, as decoding needs).
 
     Per layer, with n = batch * n_new rows, d = hidden, f = intermediate, H/KVH heads of hd:
       matmuls   q, k, v, o: 2*n*d*(H*hd) + 2 * 2*n*d*(KVH*hd) + 2*n*(H*hd)*d FLOPs; weights
                 d*(H*hd + 2*KVH*hd) + (H*hd)*d elements, read once however large n is.
       mlp       gate, up, down: 3 * 2*n*d*f FLOPs, 3*d*f weights; plus silu*up, 5*n*f.
-      attention 4*hd*H FLOPs per (query, key) pair: n*t pairs bidirectional, n*past + n(n+1)/2
-                causal; K and V of the t keys read: 2*t*KVH*hd*4 bytes (t = n_kv) -- the KV bytes
-                per position, 2*layers*KVH*hd*4, are what a long context costs a decode step.
+      attention 4*hd*H FLOPs per (query, key) pair the mask lets through (mask.pairs: n*t
+                bidirectional, n*past + n(n+1)/2 causal); K and V of the t keys read: 2*t*KVH*hd*4
+                bytes (t = n_kv) -- the KV bytes per position, 2*layers*KVH*hd*4, are what a long
+                context costs a decode step.
       kv write  2*n*KVH*hd*4 bytes into the cache.
       norms     2 RMSNorms (4*n*d FLOPs each), rope on q and k (3*n*H*hd + 3*n*KVH*hd), 2
                 residual adds (n*d each), q/k/v biases if the model has them.
@@ -144,8 +143,8 @@ def forward(config, n_new, n_past, causal, dtype_bytes=F32, n_kv=None, batch=1, 
     d, V, H, KVH, hd = c.hidden_size, c.vocab_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
     n = batch * n_new
     t = n_past + n_new if n_kv is None else n_kv
-    all_logits = (not causal) if all_logits is None else all_logits
-    scores = batch * (causal_scores(n_new, n_past) if causal else n_new * t)
+    all_logits = mask != CAUSAL if all_logits is None else all_logits
+    scores = batch * mask.pairs(n_new, t, n_past)
     wb = dtype_bytes
 
     entry = {"tokens": n, "flops": 0, "bytes": dict.fromkeys(("weights", "kv_read", "kv_write", "activations"), 0),

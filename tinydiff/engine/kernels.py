@@ -25,6 +25,7 @@ from .._kernels import ffi, lib
 from ..errors import UsageError
 from ..formats import quant
 from . import cost, ledger
+from .masks import CAUSAL, AttentionMask
 from .reference import physical_cores
 
 __all__ = ["set_threads", "get_threads", "physical_cores", "simd", "simd_extensions",
@@ -227,50 +228,33 @@ def silu_mul(gate, up, out=None, op="mlp"):
     return out
 
 
-def attention(q, k, v, out=None, *, causal=True, q_pos0=0, mask=None, scale=None, op="attention"):
-    """out[n,H,hd] = softmax(q k^T * scale, over allowed keys) v; q [n,H,hd], k v [t,KVH,hd].
+def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="attention"):
+    """out[n,H,hd] = softmax(q k^T * scale, over the visible keys) v; q [n,H,hd], k v [t,KVH,hd].
 
-    Head h uses kv head h // (H // KVH). causal: query i sits at position q_pos0 + i and sees keys
-    j <= q_pos0 + i. mask: bool [n,t], True = may attend; with causal=True both apply.
-    causal=False and no mask: every query sees every key. scale defaults to 1/sqrt(hd).
-    A query allowed no key at all gets zeros. Masked keys weigh exactly 0, so, as in a plain
-    softmax(...) @ v, their values must be finite (a KV cache from np.zeros is fine).
+    Head h uses kv head h // (H // KVH). mask: a masks.AttentionMask (CAUSAL, BIDIRECTIONAL,
+    block_causal(b)) saying which keys query i, at position q_pos0 + i, sees; the ledger books the
+    mask.pairs (query, key) pairs it lets through. scale defaults to 1/sqrt(hd). A query that sees
+    no key gets zeros. Hidden keys weigh exactly 0, so, as in a plain softmax(...) @ v, their values
+    must be finite (a KV cache from np.zeros is fine).
     """
     q, k, v = _f32(q), _f32(k), _f32(v)
     if (q.ndim != 3 or k.ndim != 3 or v.shape != k.shape or q.shape[2] != k.shape[2]
             or k.shape[1] == 0 or q.shape[1] % k.shape[1]):
         raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit; need q [n,H,hd], "
                          "k and v [t,KVH,hd] with H a multiple of KVH")
+    if not isinstance(mask, AttentionMask):
+        raise ValueError(f"attention: mask must be a masks.AttentionMask, got {mask!r}")
     n, heads, hd = q.shape
     t, kv_heads = k.shape[:2]
     if q_pos0 < 0:
         raise ValueError(f"attention: q_pos0 must be >= 0, got {q_pos0}")
-    mbuf = ffi.NULL
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.shape != (n, t):
-            raise ValueError(f"attention: mask has shape {mask.shape}, expected {(n, t)}")
-        mask = np.ascontiguousarray(mask if mask.dtype == np.bool_ else mask != 0).view(np.uint8)
-        mbuf = _buf("uint8_t[]", mask)
     out = _out(out, q.shape, "attention", q, k, v)
     scale = (1.0 / math.sqrt(hd) if hd else 1.0) if scale is None else float(scale)
-    _attention(_p(q), _p(k), _p(v), _p(out), mbuf, n, t, heads, kv_heads, hd, bool(causal), int(q_pos0), scale)
+    if _attention(_p(q), _p(k), _p(v), _p(out), n, t, heads, kv_heads, hd, mask.block, int(q_pos0), scale):
+        raise MemoryError("attention: no scratch memory")
     if ledger.active():
-        ledger.book(op, cost.attention(n, heads, kv_heads, hd, t, _scores(n, t, causal, q_pos0, mask)))
+        ledger.book(op, cost.attention(n, heads, kv_heads, hd, t, mask.pairs(n, t, int(q_pos0))))
     return out
-
-
-def _scores(n, t, causal, q_pos0, mask):
-    """(query, key) pairs the attention call computed, per head."""
-    if mask is not None:
-        allowed = mask.view(np.bool_)
-        if causal:
-            allowed = allowed & (np.arange(t)[None, :] <= q_pos0 + np.arange(n)[:, None])
-        return int(allowed.sum())
-    if causal:  # query i sees min(q_pos0 + i + 1, t) keys: the first `full` of them see fewer than t
-        full = max(0, min(n, t - q_pos0))
-        return full * q_pos0 + full * (full + 1) // 2 + (n - full) * t
-    return n * t
 
 
 # -- one decoder layer for one new token, in one C call (csrc/layer.c) ------------------------
@@ -343,7 +327,7 @@ def decode_layer(layer, run, l, pos):
         raise MemoryError("decode: no memory for x in the dot product's type")
     if ledger.active():
         ledger.book_all(layer.costs)
-        ledger.book("attention", cost.attention(1, *layer.shape, pos + 1, pos + 1))
+        ledger.book("attention", cost.attention(1, *layer.shape, pos + 1, CAUSAL.pairs(1, pos + 1, pos)))
 
 
 # -- NumPy glue the forward pass also books: small next to the kernels, but real bytes ----------

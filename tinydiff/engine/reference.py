@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ..formats import quant
+from .masks import CAUSAL
 
 _threads = 1
 
@@ -99,7 +100,7 @@ def silu_mul(gate, up, out=None):
     return _into(out, g / (np.float32(1.0) + np.exp(-g)) * np.asarray(up, np.float32))
 
 
-def attention(q, k, v, out=None, *, causal=True, q_pos0=0, mask=None, scale=None):
+def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None):
     q, k, v = (np.asarray(a, np.float32) for a in (q, k, v))          # q [n,H,hd], k v [t,KVH,hd]
     n, heads, hd = q.shape
     t = k.shape[0]
@@ -107,11 +108,7 @@ def attention(q, k, v, out=None, *, causal=True, q_pos0=0, mask=None, scale=None
     v = np.repeat(v, heads // v.shape[1], axis=1)                      # [t,H,hd]
     scale = 1.0 / np.sqrt(hd) if scale is None else scale
     s = np.einsum("nhd,thd->hnt", q, k) * np.float32(scale)            # [H,n,t]
-    allowed = np.ones((n, t), bool)                                    # [n,t]
-    if causal:
-        allowed &= np.arange(t)[None, :] <= q_pos0 + np.arange(n)[:, None]
-    if mask is not None:
-        allowed &= np.asarray(mask, bool)
+    allowed = mask.dense(n, t, q_pos0)                                 # [n,t]
     s = np.where(allowed[None], s, -np.inf)                            # [H,n,t]
     smax = np.max(s, axis=-1, keepdims=True)                           # [H,n,1]
     p = np.exp(s - np.where(np.isfinite(smax), smax, 0))               # [H,n,t], 0 where masked

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import kernels as K
 from . import ledger
+from .masks import BIDIRECTIONAL, CAUSAL
 
 
 def rope_inv_freq(cfg):
@@ -79,21 +80,21 @@ class Transformer:
         """A run State: n_ctx cache slots per sequence, passes of up to `rows` rows (default all)."""
         return State(self, n_ctx, batch, batch * n_ctx if rows is None else rows)
 
-    def forward(self, ids, state, start, kv_len=None, causal=True, last_only=False):
+    def forward(self, ids, state, start, kv_len=None, mask=CAUSAL, last_only=False):
         """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
 
         Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
-        (default: up to the last new position), causally or bidirectionally. Autoregressive decoding
+        (default: up to the last new position) under mask (masks.py). Autoregressive decoding
         appends (start = positions so far); a diffusion step with a cache recomputes a span of the
         canvas and reads the cached rest. Returns logits [B*n, V], or [B, V] for each sequence's last
         position (the same for one position)."""
         if state.owner is not self:
             raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
-        if ids.shape == (1, 1) and causal and kv_len in (None, start + 1) and state.decode is not None:
+        if ids.shape == (1, 1) and mask == CAUSAL and kv_len in (None, start + 1) and state.decode is not None:
             return self.decode(ids[0], state, start)                  # the loop below, in C
-        return self.layers(ids, state, start, kv_len, causal, last_only)
+        return self.layers(ids, state, start, kv_len, mask, last_only)
 
-    def layers(self, ids, state, start, kv_len, causal, last_only):
+    def layers(self, ids, state, start, kv_len, mask, last_only):
         """forward's pass, kernel by kernel: the readable definition."""
         cfg, w, cache, buf = self.config, self.weights, state.cache, state.buf
         B, n = ids.shape
@@ -121,7 +122,7 @@ class Transformer:
                 K.attention(q[rows].reshape(n, H, hd),
                             cache.k[l, b, :kv_len].reshape(kv_len, KVH, hd),  # [t, KVH, hd]
                             cache.v[l, b, :kv_len].reshape(kv_len, KVH, hd),
-                            out=att[rows].reshape(n, H, hd), causal=causal, q_pos0=start,
+                            out=att[rows].reshape(n, H, hd), mask=mask, q_pos0=start,
                             op="attention")                             # [n, H, hd]
             K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True) # x += [Bn, d]
             if lw.o_bias is not None:
@@ -163,7 +164,7 @@ class Transformer:
         shifted = self.config.shifted_logits
         first = start - 1 if shifted and start > 0 else start
         n = end - first
-        logits = self.forward(canvas[:, first:end], state, first, kv_len=L, causal=False)
+        logits = self.forward(canvas[:, first:end], state, first, kv_len=L, mask=BIDIRECTIONAL)
         logits = logits.reshape(B, n, -1)                               # [B, n, V]
         if shifted:                                                     # row i <- row i-1; row 0 keeps its own
             logits = logits[:, :-1] if first < start else np.concatenate([logits[:, :1], logits[:, :-1]], axis=1)

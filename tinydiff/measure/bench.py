@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..engine.ledger import Ledger
+from ..engine.masks import BIDIRECTIONAL
 from ..errors import UsageError
 
 
@@ -86,7 +87,7 @@ def prepare(model, kind, n, steps, rng):
 
     def dd():
         for _ in range(steps):
-            forward(ids[:, :n], state, 0, causal=False)
+            forward(ids[:, :n], state, 0, mask=BIDIRECTIONAL)
         return n
 
     if kind == "tg":

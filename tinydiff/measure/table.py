@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.ledger import Ledger
+from ..engine.masks import BIDIRECTIONAL
 from .roofline import predict_seconds
 
 
@@ -95,12 +96,12 @@ def canvas_points(model, sizes, repetitions=3):
             continue
         canvas = rng.integers(0, model.config.vocab_size, size=(1, L))
         state = model.transformer.state(L)
-        model.transformer.forward(canvas, state, 0, causal=False)        # warm up
+        model.transformer.forward(canvas, state, 0, mask=BIDIRECTIONAL)  # warm up
         best = float("inf")
         for _ in range(repetitions):
             with Ledger() as led:
                 t0 = time.perf_counter()
-                model.transformer.forward(canvas, state, 0, causal=False)
+                model.transformer.forward(canvas, state, 0, mask=BIDIRECTIONAL)
                 best = min(best, time.perf_counter() - t0)
         p = led.passes[0]
         points.append((f"diffusion step, canvas {L}", p["flops"], sum(p["bytes"].values()), best))
