@@ -4,7 +4,8 @@ The canvas is the prompt followed by gen_length mask tokens. Each step is one bi
 pass: it predicts a token for every masked position, commits some of them, and leaves the rest
 masked for the next step. Blocks make it semi-autoregressive: the masked positions are taken
 block_length at a time, left to right, and a step only ever commits positions of the current block.
-block_length=1 with one step per block is plain left-to-right decoding again.
+block_length=1 with one step per block is plain left-to-right decoding again. denoise_steps runs a
+Transformer (its canvas_logits) on a canvas and Options that model.py has checked.
 
 How many positions a step commits:
   schedule="uniform"   the block's tokens spread evenly over its steps, the remainder on the first
@@ -54,6 +55,7 @@ are -inf; "keep" - no special treatment. Text is returned up to the first EOS.
 
 steps > gen_length is an error, not clamped: a step must commit at least one token on average.
 steps must be a multiple of the number of blocks (each block gets steps / blocks), as in LLaDA.
+(Model._check_plan holds both.)
 
 Infilling: the canvas is given whole, the holes anywhere; only the holes are denoised, every given
 token stays fixed, and "the prompt" for guidance is everything given. Blocks are then groups of

@@ -1,7 +1,8 @@
 """Autoregressive decoding: prefill the prompt in one pass, then one pass per new token.
 
-The KV cache is allocated once for prompt + max_new_tokens positions; each decode pass appends
-one position to it and reads all the earlier ones. Text comes out as the tokens arrive, decoded
+It runs a Transformer (engine/transformer.py) on a prompt model.py has checked. The run State (KV
+cache for prompt + max_new_tokens positions, buffers) is made once; each decode pass appends one
+position to the cache and reads all the earlier ones. Text comes out as the tokens arrive, decoded
 incrementally so a character split across two tokens is emitted whole, and held back while it
 could still be the start of a stop string.
 """
