@@ -21,12 +21,11 @@ from .transformer import Buffers, KVCache, decode, forward, rope_inv_freq
 from .weights import load_weights
 
 
-def set_threads(threads, where="threads"):
-    """Sets the kernels' thread count: 1 .. the machine's physical cores."""
-    cores = kernels.physical_cores()
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
-        raise UsageError(f"{where} must be between 1 and {cores} (this machine's cores), got {threads!r}")
-    kernels.set_threads(threads)
+def set_threads(threads):
+    """Sets the default pool's thread count (1 .. the machine's physical cores): kernels called
+    outside a model use it, and models made later without a count of their own get it. A model
+    keeps its own: Model.pool.threads."""
+    kernels.set_threads(kernels.check_threads(threads))
 
 
 # The models that ship in weights/ (installed as tinydiff/models/), used when no model is named.
@@ -47,16 +46,16 @@ def load(path, threads=None):
     """Loads a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json) or a
     GGUF file (llama.cpp's format; weights stay in their stored type: gguf.py).
 
-    threads: the kernels' thread count (default: TINYDIFF_THREADS, else the physical cores)."""
-    if threads is not None:
-        set_threads(threads)
-    elif os.environ.get("TINYDIFF_THREADS"):
-        env = os.environ["TINYDIFF_THREADS"].strip()
-        set_threads(int(env) if env.isdigit() else env, where="TINYDIFF_THREADS")
+    threads: the model's own thread count (default: the default pool's: TINYDIFF_THREADS, else the
+    physical cores, unless set_threads changed it)."""
+    if threads is None:
+        kernels.threads_from_env()      # a bad TINYDIFF_THREADS is reported here (importing ignores it)
+    else:
+        kernels.check_threads(threads)  # before the minutes a big checkpoint takes to read
     path = os.fspath(path)
     if os.path.isfile(path):
         config, weights, tokenizer, stored = load_gguf(path)
-        return Model(config, weights, tokenizer, path, stored)
+        return Model(config, weights, tokenizer, path, stored, threads)
     if not os.path.isdir(path):
         raise ModelError(f"{path}: not a model folder (config.json, model.safetensors, tokenizer.json) "
                          "or a .gguf file")
@@ -67,7 +66,7 @@ def load(path, threads=None):
     if tokenizer.vocab_size > config.vocab_size:
         raise ModelError(f"{path}: tokenizer.json has {tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {config.vocab_size}")
-    return Model(config, weights, tokenizer, path, stored_bytes(ckpt))
+    return Model(config, weights, tokenizer, path, stored_bytes(ckpt), threads)
 
 
 def stored_bytes(ckpt):
@@ -79,7 +78,10 @@ def stored_bytes(ckpt):
 
 
 class Model:
-    def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None):
+    """threads: the count of the model's own thread pool, which runs every pass of it (default:
+    the default pool's count: TINYDIFF_THREADS, else the physical cores, unless set_threads changed it)."""
+
+    def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None, threads=None):
         self.config = config
         self.stored_bytes = stored_bytes or {}     # {"F32": bytes, "Q8_0": ...} as in the checkpoint
         self.weights = weights
@@ -90,6 +92,7 @@ class Model:
             raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
                              f"{config.num_hidden_layers}")
         self.decode_layers = [kernels.DecodeLayer(config, lw) for lw in weights.layers]  # for csrc/layer.c
+        self.pool = kernels.ThreadPool(kernels.get_threads() if threads is None else kernels.check_threads(threads))
 
     # -- forward passes ------------------------------------------------------------------
 
@@ -97,10 +100,11 @@ class Model:
         """ids [B, n]: see transformer.forward."""
         ids = np.asarray(ids, dtype=np.int64)
         self._check_ids(ids)
-        if ids.shape == (1, 1) and causal and kv_len in (None, start + 1) and cache.k.shape[1] == 1:
-            return decode(self.config, self.weights, self.decode_layers, self.inv_freq, ids[0], cache, buf, start)
-        return forward(self.config, self.weights, self.inv_freq, ids, cache, buf, start, kv_len,
-                       causal, last_only)
+        with self.pool:
+            if ids.shape == (1, 1) and causal and kv_len in (None, start + 1) and cache.k.shape[1] == 1:
+                return decode(self.config, self.weights, self.decode_layers, self.inv_freq, ids[0], cache, buf, start)
+            return forward(self.config, self.weights, self.inv_freq, ids, cache, buf, start, kv_len,
+                           causal, last_only)
 
     def logits(self, ids, causal=True):
         """One full forward pass over ids, no cache kept: logits [len(ids), V] float32.
