@@ -1,7 +1,8 @@
 """The public Model: load a checkpoint, get logits, generate text.
 
-A Model holds only read-only things (config, weights, tokenizer), so several threads may generate
-with one Model at once: each call makes its own KV cache and buffers. The weights are read as they
+A Model holds only read-only things (config, weights, tokenizer) and its thread pool, so several
+threads may generate with one Model at once: each call makes its own KV cache and buffers, and their
+kernel calls take turns on the model's pool. The weights are read as they
 are when the Model is made (the C decode layer keeps pointers to them): to change weights, make a
 new Model.
 """
