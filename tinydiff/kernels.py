@@ -29,7 +29,8 @@ from tinydiff._kernels import ffi, lib
 from tinydiff.errors import UsageError
 from tinydiff.reference import physical_cores
 
-__all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores", "simd", "simd_extensions",
+__all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
+           "simd", "simd_extensions",
            "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
            "DecodeLayer", "DecodeRun", "decode_layer"]
 
