@@ -17,7 +17,11 @@
    (td_pool_enter / td_pool_leave).
 
    fork: every pool is on one list; each pool's job mutex is held across fork, so no job is
-   half-run, and the child's pools have no workers: they make new ones on their next job. */
+   half-run, and the child's pools have no workers: they make new ones on their next job.
+
+   For tests, a pool keeps the most parts one of its jobs was cut into, and all pools together the
+   most of them inside a job at the same moment (td_pool_max_parts, td_max_busy_pools): that two
+   models' jobs overlap is what a job mutex per pool is for. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -34,12 +38,12 @@ struct td_worker {
 
 struct td_pool {
     pthread_mutex_t job;   /* held for a whole job or resize */
-    pthread_mutex_t lock;  /* guards the fields below up to scratch */
+    pthread_mutex_t lock;  /* guards generation, stop, busy and the job (fn .. nparts) */
     pthread_cond_t start;  /* workers wait here for generation to change */
     pthread_cond_t finish; /* the caller waits here for busy == 0 */
     struct td_worker *workers; /* [nworkers] running threads */
     int nworkers;
-    int nthreads;          /* wanted: workers + the caller */
+    int nthreads;          /* wanted: workers + the caller (written under job, read atomically) */
     unsigned generation;   /* bumped for each job, and to stop the workers */
     unsigned spawned_at;   /* generation when the current workers were created */
     int stop;

@@ -48,8 +48,9 @@ def test_two_models_generate_at_once_each_on_its_own_threads():
     a.pool.threads = b.pool.threads = 1
     want = [greedy(a), greedy(b)]
     b.pool.threads = 2
-    for attempt in range(20):          # overlap is likely, not certain, on a busy machine
-        a.pool._max_parts(reset=True), b.pool._max_parts(reset=True), K._max_busy_pools(reset=True)
+    for _ in range(20):                # overlap is likely, not certain, on a busy machine
+        for reset in (a.pool._max_parts, b.pool._max_parts, K._max_busy_pools):
+            reset(reset=True)
         assert run_at_once(lambda: greedy(a), lambda: greedy(b)) == want
         assert (a.pool._max_parts(), b.pool._max_parts()) == (1, 2)
         if K._max_busy_pools() >= 2:
