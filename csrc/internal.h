@@ -21,7 +21,8 @@ enum { TD_SIMD_C = 0, TD_SIMD_AVX2 = 1, TD_SIMD_AVX512 = 2 };
 extern int td_simd;     /* level in use, set by cpu.c */
 extern int td_simd_ext; /* TD_EXT_* bits: what the CPU has beyond AVX512F */
 
-/* Run fn(ctx, begin, end) over [0, ntasks) split in contiguous ranges, one per thread. cost is the
+/* The pool functions below act on the calling thread's current pool (td_pool_use in tinydiff.h).
+   td_parallel_for: run fn(ctx, begin, end) over [0, ntasks) split in contiguous ranges, one per thread. cost is the
    rough number of float operations per task; small jobs run on the calling thread alone, since
    waking a worker costs more than it saves. Returns when every range is done. */
 typedef void (*td_range_fn)(void *ctx, int64_t begin, int64_t end);
@@ -29,7 +30,7 @@ void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost);
 
 /* A kernel that runs several jobs in a row or keeps scratch memory between them holds the pool:
    td_pool_enter(), then any number of td_parallel_run (td_parallel_for without the locking) and
-   td_scratch calls, then td_pool_leave(). td_scratch(bytes) is one grow-only buffer, 64-byte
+   td_scratch calls, then td_pool_leave(). td_scratch(bytes) is the pool's one grow-only buffer, 64-byte
    aligned, valid until the pool is left; NULL if the memory cannot be had. */
 void td_pool_enter(void);
 void td_pool_leave(void);

@@ -3,9 +3,22 @@
    Sizes are int64_t. Every kernel splits its work over the thread pool (threads.c). */
 #include <stdint.h>
 
-/* thread pool (threads.c) */
-int td_set_threads(int n);          /* n >= 1 threads including the caller; returns the count in use */
-int td_get_threads(void);
+/* thread pools (threads.c): the process default pool, and pools of their own (one per model).
+   Every kernel call runs on the calling thread's current pool: the default pool unless
+   td_pool_use chose another. Counts are clamped to 1..TD_MAX_THREADS, the caller included. */
+enum { TD_MAX_THREADS = 1024 };
+struct td_pool;
+struct td_pool *td_pool_new(int nthreads);  /* NULL if there is no memory for it */
+void td_pool_free(struct td_pool *p);       /* p idle and current on no thread; NULL: nothing */
+struct td_pool *td_pool_use(struct td_pool *p); /* this thread's current pool (NULL: default); returns the last */
+int td_pool_set_threads(struct td_pool *p, int n); /* p NULL: the default pool; returns the count in use */
+int td_pool_threads(const struct td_pool *p);      /* the count asked for */
+int td_set_threads(int n);          /* td_pool_set_threads on the current pool */
+int td_get_threads(void);           /* td_pool_threads of the current pool */
+/* for tests, since the last reset: the most parts one job of p was cut into; the most pools
+   running a job at the same moment (all pools) */
+int td_pool_max_parts(struct td_pool *p, int reset);
+int td_max_busy_pools(int reset);
 
 /* SIMD path (cpu.c): 0 plain C, 1 AVX2+FMA+F16C, 2 AVX-512. Picked at load from the CPU. */
 int td_get_simd(void);

@@ -92,12 +92,12 @@ def test_two_threads_generating_at_once_equal_one_after_the_other(model):
 
 def test_thread_count_does_not_change_the_logits(model):
     ids = model.tokenizer.encode("Once upon a time, there was a little")
-    before = tinydiff.engine.kernels.get_threads()
+    before = model.pool.threads
     try:
-        tinydiff.set_threads(1)
+        model.pool.threads = 1
         one = model.logits(ids)
-        tinydiff.set_threads(tinydiff.engine.kernels.physical_cores())
+        model.pool.threads = tinydiff.engine.kernels.physical_cores()
         many = model.logits(ids)
     finally:
-        tinydiff.engine.kernels.set_threads(before)
+        model.pool.threads = before
     np.testing.assert_allclose(one, many, rtol=0, atol=1e-5)

@@ -4,9 +4,10 @@ A Model is loading (a Hugging Face folder or a GGUF file into a Transformer and 
 the calls an application makes. Every argument a caller gives is checked here, once, before the
 decoders below (generate.py, diffusion.py) run on the Transformer: they trust what they get.
 
-A Model holds only read-only things (config, weights, tokenizer), so several threads may generate
-with one Model at once: each call makes its own run State. The weights are read as they are when
-the Model is made (the C decode layer keeps pointers to them): to change weights, make a new Model.
+A Model holds only read-only things (config, weights, tokenizer) and its Transformer's thread pool,
+so several threads may generate with one Model at once: each call makes its own run State, and
+their kernel calls take turns on the model's pool. The weights are read as they are when the Model
+is made (the C decode layer keeps pointers to them): to change weights, make a new Model.
 """
 import os
 
@@ -28,12 +29,11 @@ from .formats.safetensors import load_checkpoint
 from .formats.tokenizer import Tokenizer
 
 
-def set_threads(threads, where="threads"):
-    """Sets the kernels' thread count: 1 .. the machine's physical cores."""
-    cores = kernels.physical_cores()
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
-        raise UsageError(f"{where} must be between 1 and {cores} (this machine's cores), got {threads!r}")
-    kernels.set_threads(threads)
+def set_threads(threads):
+    """Sets the default pool's thread count (1 .. the machine's physical cores): kernels called
+    outside a model use it, and models made later without a count of their own get it. A model
+    keeps its own: Model.pool.threads."""
+    kernels.set_threads(kernels.check_threads(threads))
 
 
 # The models that ship in weights/ (installed as tinydiff/models/), used when no model is named.
@@ -54,16 +54,16 @@ def load(path, threads=None):
     """Loads a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json) or a
     GGUF file (llama.cpp's format; weights stay in their stored type: gguf.py).
 
-    threads: the kernels' thread count (default: TINYDIFF_THREADS, else the physical cores)."""
-    if threads is not None:
-        set_threads(threads)
-    elif os.environ.get("TINYDIFF_THREADS"):
-        env = os.environ["TINYDIFF_THREADS"].strip()
-        set_threads(int(env) if env.isdigit() else env, where="TINYDIFF_THREADS")
+    threads: the model's own thread count (default: the default pool's: TINYDIFF_THREADS, else the
+    physical cores, unless set_threads changed it)."""
+    if threads is None:
+        kernels.threads_from_env()      # a bad TINYDIFF_THREADS is reported here (importing ignores it)
+    else:
+        kernels.check_threads(threads)  # before the minutes a big checkpoint takes to read
     path = os.fspath(path)
     if os.path.isfile(path):
         config, weights, tokenizer, stored = load_gguf(path)
-        return Model(config, weights, tokenizer, path, stored)
+        return Model(config, weights, tokenizer, path, stored, threads)
     if not os.path.isdir(path):
         raise ModelError(f"{path}: not a model folder (config.json, model.safetensors, tokenizer.json) "
                          "or a .gguf file")
@@ -74,7 +74,7 @@ def load(path, threads=None):
     if tokenizer.vocab_size > config.vocab_size:
         raise ModelError(f"{path}: tokenizer.json has {tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {config.vocab_size}")
-    return Model(config, weights, tokenizer, path, stored_bytes(ckpt))
+    return Model(config, weights, tokenizer, path, stored_bytes(ckpt), threads)
 
 
 def _integer(x):
@@ -90,8 +90,11 @@ def stored_bytes(ckpt):
 
 
 class Model:
-    def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None):
-        self._attach(Transformer(config, weights), tokenizer, path, stored_bytes)
+    """threads: the count of the model's own thread pool, which runs every pass of it (default:
+    the default pool's count: TINYDIFF_THREADS, else the physical cores, unless set_threads changed it)."""
+
+    def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None, threads=None):
+        self._attach(Transformer(config, weights, threads), tokenizer, path, stored_bytes)
 
     @classmethod
     def of(cls, transformer, tokenizer=None, path=None):
@@ -109,6 +112,11 @@ class Model:
         eos = None if tokenizer is None else tokenizer.eos_id
         self.stop_ids = frozenset(config.eos_token_ids) | ({eos} if eos is not None else set())  # EOS ids
         self.mask_id = diffusion.mask_token_id(config, tokenizer)   # None: this model cannot denoise
+
+    @property
+    def pool(self):
+        """The thread pool every pass of this model runs on (kernels.ThreadPool: .threads to change)."""
+        return self.transformer.pool
 
     # -- the checks: what a caller gives, checked once --------------------------------------
 

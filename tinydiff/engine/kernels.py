@@ -7,10 +7,12 @@ place in their own type; those must be C-contiguous. `out` must already be right
 C-contiguous, writable, the result's shape) or ValueError is raised; results are never written to
 a copy. out may be the input itself for the elementwise/row kernels (rmsnorm, softmax, silu_mul),
 never for matmul or attention. rope works in place, so its x must be float32 C-contiguous. The C
-calls release the GIL; one kernel runs at a time (a mutex in the pool), so calls from several
-Python threads are safe.
+calls release the GIL; one kernel runs at a time on a pool (a mutex in it), so calls from several
+Python threads are safe, and calls on different pools run at once.
 
-Threads: a persistent pool of physical_cores() threads, or TINYDIFF_THREADS if set at import.
+Threads: a kernel call runs on the calling thread's current pool: a ThreadPool inside `with pool:`
+(a model's own: Model.pool), else the process default pool, of physical_cores() threads or
+TINYDIFF_THREADS if set at import.
 SIMD: AVX-512 or AVX2+FMA kernels when the CPU has them (simd() says which), else plain C; on the
 AVX-512 path, the int8 and bf16 dot products use AVX512_VNNI and AVX512_BF16 when the CPU has them
 (simd_extensions()).
@@ -18,6 +20,7 @@ Signatures and meaning match tinydiff.engine.reference, the plain NumPy version.
 """
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -28,7 +31,8 @@ from . import cost, ledger
 from .masks import CAUSAL, AttentionMask
 from .reference import physical_cores
 
-__all__ = ["set_threads", "get_threads", "physical_cores", "simd", "simd_extensions",
+__all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
+           "simd", "simd_extensions",
            "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
            "DecodeLayer", "DecodeRun", "decode_layer"]
 
@@ -44,15 +48,78 @@ _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK)}  # weight dtype: C type, k per element
 
 
+def _count(n):
+    """n as an int, if it is a whole number of threads C can have (1..TD_MAX_THREADS)."""
+    if int(n) != n or not 1 <= n <= lib.TD_MAX_THREADS:
+        raise UsageError(f"threads must be a whole number from 1 to {lib.TD_MAX_THREADS}, got {n!r}")
+    return int(n)
+
+
 def set_threads(n):
-    """Use n >= 1 threads (the caller decides how many cores make sense)."""
-    if int(n) != n or n < 1:
-        raise UsageError(f"threads must be a whole number >= 1, got {n!r}")
-    lib.td_set_threads(int(n))
+    """Use n >= 1 threads (the caller decides how many cores make sense) in the calling thread's
+    current pool: the default pool, or inside `with pool:` that pool."""
+    lib.td_set_threads(_count(n))
 
 
 def get_threads():
+    """The thread count of the calling thread's current pool."""
     return lib.td_get_threads()
+
+
+def check_threads(n, where="threads"):
+    """n if it is a thread count for a model: an int from 1 to the machine's physical cores."""
+    cores = physical_cores()
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cores:
+        raise UsageError(f"{where} must be between 1 and {cores} (this machine's cores), got {n!r}")
+    return n
+
+
+def threads_from_env():
+    """TINYDIFF_THREADS checked by check_threads, or the physical cores if it is not set."""
+    env = os.environ.get("TINYDIFF_THREADS", "").strip()
+    if not env:
+        return physical_cores()
+    return check_threads(int(env) if env.isdigit() else env, "TINYDIFF_THREADS")
+
+
+class ThreadPool:
+    """Threads of its own for the kernels (a model's: Model.pool), freed with the object.
+
+    `with pool:` runs the calling thread's kernel calls on it until the block ends, then on the
+    pool that was current before; blocks nest, and several Python threads may be inside one pool's
+    block at once (their calls take turns on its threads)."""
+
+    def __init__(self, threads):
+        p = lib.td_pool_new(_count(threads))
+        if p == ffi.NULL:
+            raise MemoryError(f"no memory for a pool of {threads} threads")
+        self._c = ffi.gc(p, lib.td_pool_free)
+        self._outer = threading.local()     # per Python thread: the pools current before each `with`
+
+    @property
+    def threads(self):
+        return lib.td_pool_threads(self._c)
+
+    @threads.setter
+    def threads(self, n):
+        lib.td_pool_set_threads(self._c, _count(n))
+
+    def __enter__(self):
+        self._outer.__dict__.setdefault("stack", []).append(lib.td_pool_use(self._c))
+        return self
+
+    def __exit__(self, *exc):
+        lib.td_pool_use(self._outer.stack.pop())
+
+    def _max_parts(self, reset=False):
+        """For tests: the most parts (threads) one job of this pool was cut into since the last reset."""
+        return lib.td_pool_max_parts(self._c, reset)
+
+
+def _max_busy_pools(reset=False):
+    """For tests: the most pools (the default one included) running a job at the same moment
+    since the last reset."""
+    return lib.td_max_busy_pools(reset)
 
 
 def simd():
@@ -367,10 +434,12 @@ def store(slot, rows, op="attention"):
 
 
 def _threads_at_import():
-    """TINYDIFF_THREADS if it is a whole number >= 1, else the physical cores (tinydiff.load reports
-    a bad value; importing never fails on it)."""
-    env = os.environ.get("TINYDIFF_THREADS", "").strip()
-    return int(env) if env.isdigit() and int(env) >= 1 else physical_cores()
+    """threads_from_env(), or the physical cores if TINYDIFF_THREADS is bad: importing never fails
+    on it (tinydiff.load reports it)."""
+    try:
+        return threads_from_env()
+    except UsageError:
+        return physical_cores()
 
 
 set_threads(_threads_at_import())

@@ -5,7 +5,8 @@ As in llama2.c's `Transformer {config, weights, state}`: the Config (config.py) 
 what is derived from them once (RoPE's inverse frequencies, csrc/layer.c's view of each layer);
 the run State is what one generation writes (the KV cache, the scratch buffers, the C decode
 step's view of both), made once per generation by Transformer.state and reused for every pass.
-Several threads may run one Transformer at once, each with its own State.
+Several threads may run one Transformer at once, each with its own State; every pass runs on the
+Transformer's own thread pool (kernels.ThreadPool), so two models never share threads.
 
 Transformer.forward is the one entry for every pass: prefill, decoding, diffusion steps, batches.
 One new token of one sequence goes through csrc/layer.c, the same layer body in C (one call a
@@ -65,16 +66,18 @@ class State:
 
 
 class Transformer:
-    """A model's config and weights, its RoPE table and its layers as csrc/layer.c reads them,
-    built once. The weights are read as they are when it is made (layer.c keeps pointers to them)."""
+    """A model's config and weights, its RoPE table, its layers as csrc/layer.c reads them and its
+    thread pool (threads: its count; default the default pool's), built once. The weights are read
+    as they are when it is made (layer.c keeps pointers to them)."""
 
-    def __init__(self, config, weights):
+    def __init__(self, config, weights, threads=None):
         if len(weights.layers) != config.num_hidden_layers:
             raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
                              f"{config.num_hidden_layers}")
         self.config, self.weights = config, weights
         self.inv_freq = rope_inv_freq(config)                         # [hd/2]
         self.decode_layers = [K.DecodeLayer(config, lw) for lw in weights.layers]
+        self.pool = K.ThreadPool(K.get_threads() if threads is None else K.check_threads(threads))
 
     def state(self, n_ctx, batch=1, rows=None):
         """A run State: n_ctx cache slots per sequence, passes of up to `rows` rows (default all)."""
@@ -90,9 +93,10 @@ class Transformer:
         position (the same for one position)."""
         if state.owner is not self:
             raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
-        if ids.shape == (1, 1) and mask == CAUSAL and kv_len in (None, start + 1) and state.decode is not None:
-            return self.decode(ids[0], state, start)                  # the loop below, in C
-        return self.layers(ids, state, start, kv_len, mask, last_only)
+        with self.pool:
+            if ids.shape == (1, 1) and mask == CAUSAL and kv_len in (None, start + 1) and state.decode is not None:
+                return self.decode(ids[0], state, start)              # the loop below, in C
+            return self.layers(ids, state, start, kv_len, mask, last_only)
 
     def layers(self, ids, state, start, kv_len, mask, last_only):
         """forward's pass, kernel by kernel: the readable definition."""

@@ -102,7 +102,6 @@ def timed(run):
 
 
 def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
-    from ..engine import kernels
     from .roofline import predict_seconds
     rng = np.random.default_rng(seed)
     results = []
@@ -118,7 +117,7 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
             ledgers.append(led.total())
         t = ledgers[0]
         nbytes = sum(t["bytes"].values())
-        r = Result(name, model.parameter_count(), kernels.get_threads(), spec, tokens, seconds, t["flops"], nbytes,
+        r = Result(name, model.parameter_count(), model.pool.threads, spec, tokens, seconds, t["flops"], nbytes,
                    t["bytes"]["weights"])
         if roofline is not None:
             r.roofline_seconds = predict_seconds(t["flops"], nbytes, roofline)
