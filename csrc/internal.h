@@ -36,6 +36,14 @@ void td_pool_leave(void);
 void td_parallel_run(td_range_fn fn, void *ctx, int64_t ntasks, double cost);
 void *td_scratch(int64_t bytes);
 
+/* Out of memory, the one rule for every kernel: a kernel that allocates (malloc, or td_scratch,
+   which gives NULL when the memory cannot be had) returns int, 0 done or -1 no memory, and never
+   aborts or prints: the library's caller decides. Its declaration in tinydiff.h says what its
+   outputs hold after -1 (untouched, or each output either done or untouched). Where the scratch
+   a kernel needs has a bound, it lives on the stack and the kernel cannot fail (rope.c); only
+   sizes without one (an x row converted per call, a temporary of n x m) are allocated. The Python
+   wrapper turns -1 into MemoryError with a one-line message naming the kernel. */
+
 /* GCC/clang vector extensions: one type per register width. Each hot kernel is written once in a
    *_isa.h file against VEC (VL floats) and compiled once per instruction set by foreach_isa.h. */
 typedef float vf4 __attribute__((vector_size(16)));  /* an SSE or NEON register */

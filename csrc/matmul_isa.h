@@ -174,7 +174,8 @@ TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
     }
 }
 
-static const struct mm_kernels ISA(matmul_kernels) = {ISA(matmul_rows), ISA(matmul_gemm), MR, NR};
+static const struct mm_kernels ISA(matmul_kernels) = {.rows = ISA(matmul_rows), .gemm = ISA(matmul_gemm), .mr = MR,
+                                                       .nr = NR};
 
 #undef NR
 #undef MR
