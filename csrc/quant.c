@@ -19,6 +19,7 @@
    d = amax / 127 in f32, q = x * (1/d) rounded half away from zero (C's roundf, not the SIMD
    round-to-even), d stored as f16. x * (1/d) never fuses into an FMA (build_ffi.py compiles with
    -ffp-contract=fast): the rounding takes |x * (1/d)|, a bitwise result. */
+#include <math.h>
 #include "quant.h"
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -1,8 +1,9 @@
 /* quant_isa.h: quant.h's row functions for one instruction set (included by foreach_isa.h, see
    there), each written once: weights to f32, an x row to Q8_0, the dot products, and the table
    of them (ggml's type_traits). What only an instruction set can do is a primitive below, picked
-   by VL (4 plain C, 8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32, and the int8 dot product of
-   one block (maddubs on AVX2).
+   by VL (4 plain C, 8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32, bytes and words <-> int32 lanes (GCC 12
+   turns the vector extensions' byte conversions into one scalar move a lane), the largest lane
+   (a horizontal max by halving), and the int8 dot product of one block (maddubs on AVX2).
 
    Plain C keeps ggml's reference order for the dot products: a float sum term after term, and
    each block's int8 dot product whole in lane 0 (so vsum of the accumulator is that one sum).
@@ -10,15 +11,21 @@
    there for why), under the names ISA() gives them here. */
 #include "exp_isa.h"
 
-typedef int32_t ISA(vi) __attribute__((vector_size(4 * VL)));   /* VL lanes of int32, */
-typedef uint32_t ISA(vu) __attribute__((vector_size(4 * VL)));  /* uint32, */
-typedef uint16_t ISA(vh) __attribute__((vector_size(2 * VL)));  /* uint16 (bfloat16s), */
-typedef int8_t ISA(vb) __attribute__((vector_size(VL)));        /* int8 */
-typedef uint8_t ISA(vub) __attribute__((vector_size(VL)));      /* and uint8 */
+typedef int32_t ISA(vi) __attribute__((vector_size(4 * VL)));   /* VL lanes of int32 */
+typedef uint32_t ISA(vu) __attribute__((vector_size(4 * VL)));  /* and uint32 */
 
 /* ---- the primitives of each instruction set ---- */
 
 #if VL == 4
+TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p) { return (ISA(vi)){p[0], p[1], p[2], p[3]}; }
+TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p) { return (ISA(vi)){p[0], p[1], p[2], p[3]}; }
+TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p) { return (ISA(vu)){p[0], p[1], p[2], p[3]}; }
+TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v)
+{
+    for (int l = 0; l < VL; l++)
+        p[l] = (int8_t)v[l];
+}
+TARGET TD_INLINE float ISA(hmax)(VEC v) { return fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3])); }
 TARGET TD_INLINE float ISA(h2f)(td_fp16_t h) { return fp16_to_fp32(h); }
 TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return fp32_to_fp16(f); }
 TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h)
@@ -44,6 +51,29 @@ TARGET TD_INLINE VEC ISA(dot_q4_0)(const uint8_t *w, const int8_t *x)
     return (VEC){(float)sumi};
 }
 #elif VL == 8
+TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p)
+{
+    return (ISA(vi))_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p)
+{
+    return (ISA(vi))_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p)
+{
+    return (ISA(vu))_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v) /* saturating; the lanes fit a byte */
+{
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128((__m256i)v), _mm256_extracti128_si256((__m256i)v, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
+}
+TARGET TD_INLINE float ISA(hmax)(VEC v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
 TARGET TD_INLINE float ISA(h2f)(td_fp16_t h) { return _cvtsh_ss(h); }
 TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h)
@@ -63,6 +93,23 @@ TARGET TD_INLINE VEC ISA(dot_q4_0)(const uint8_t *w, const int8_t *x)
     return (VEC)mul_sum_i8_pairs_avx2(qw, _mm256_loadu_si256((const __m256i *)x));
 }
 #elif VL == 16
+TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p)
+{
+    return (ISA(vi))_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p)
+{
+    return (ISA(vi))_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p)
+{
+    return (ISA(vu))_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+}
+TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v)
+{
+    _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8((__m512i)v));
+}
+TARGET TD_INLINE float ISA(hmax)(VEC v) { return _mm512_reduce_max_ps((__m512)v); }
 TARGET TD_INLINE float ISA(h2f)(td_fp16_t h) { return _cvtsh_ss(h); }
 TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h)
@@ -74,12 +121,7 @@ TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h)
 /* ---- weights to f32 (exact: every path gives the same numbers) ---- */
 
 /* VL bfloat16s -> VL floats: widen to 32 bits, shift into the top half */
-TARGET TD_INLINE VEC ISA(load_bf16)(const td_bf16_t *h)
-{
-    ISA(vh) v;
-    memcpy(&v, h, sizeof v);
-    return (VEC)(__builtin_convertvector(v, ISA(vu)) << 16);
-}
+TARGET TD_INLINE VEC ISA(load_bf16)(const td_bf16_t *h) { return (VEC)(ISA(load_u16)(h) << 16); }
 
 /* VL, or one, of a row of halves (bf16 = 0) or bfloat16s (1) as floats; bf16 is a constant after
    inlining, so the two row functions of each kernel below are written once */
@@ -108,11 +150,8 @@ TARGET static void ISA(q8_0_to_float)(const void *w, float *y, int64_t k)
     const block_q8_0 *b = w;
     for (int64_t i = 0; i < k / QK8_0; i++, y += QK8_0) {
         const float d = ISA(h2f)(b[i].d);
-        for (int j = 0; j < QK8_0; j += VL) {
-            ISA(vb) q;
-            memcpy(&q, b[i].qs + j, sizeof q);
-            vstore(y + j, d * __builtin_convertvector(q, VEC));
-        }
+        for (int j = 0; j < QK8_0; j += VL)
+            vstore(y + j, d * __builtin_convertvector(ISA(load_i8)(b[i].qs + j), VEC));
     }
 }
 
@@ -122,10 +161,7 @@ TARGET static void ISA(q4_0_to_float)(const void *w, float *y, int64_t k)
     for (int64_t i = 0; i < k / QK4_0; i++, y += QK4_0) {
         const float d = ISA(h2f)(b[i].d);
         for (int j = 0; j < QK4_0 / 2; j += VL) {
-            ISA(vub) q;
-            memcpy(&q, b[i].qs + j, sizeof q);
-            const ISA(vi) lo = __builtin_convertvector(q & 15, ISA(vi)) - 8;
-            const ISA(vi) hi = __builtin_convertvector(q >> 4, ISA(vi)) - 8;
+            const ISA(vi) q = ISA(load_u8)(b[i].qs + j), lo = (q & 15) - 8, hi = (q >> 4) - 8;
             vstore(y + j, d * __builtin_convertvector(lo, VEC));
             vstore(y + j + QK4_0 / 2, d * __builtin_convertvector(hi, VEC));
         }
@@ -154,15 +190,10 @@ TARGET static void ISA(quantize_row_q8_0)(const float *x, void *vy, int64_t k)
             v[j] = vload(x + j * VL);
             m = ISA(vmax)((VEC)((ISA(vi))v[j] & 0x7FFFFFFF), m);
         }
-        float amax = 0.0f;
-        for (int l = 0; l < VL; l++)
-            amax = m[l] > amax ? m[l] : amax;
-        const float d = amax / 127, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = ISA(hmax)(m) / 127, id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = ISA(f2h)(d);
-        for (int j = 0; j < QK8_0 / VL; j++) {
-            const ISA(vb) q = __builtin_convertvector(ISA(round_away)(v[j] * id), ISA(vb));
-            memcpy(y[i].qs + j * VL, &q, sizeof q);
-        }
+        for (int j = 0; j < QK8_0 / VL; j++)
+            ISA(store_i8)(y[i].qs + j * VL, ISA(round_away)(v[j] * id));
     }
 }
 
