@@ -13,12 +13,7 @@
    vdpbf16ps takes x as bf16 pairs with a masked tail, and the VNNI kernels put two blocks in one
    zmm and gather eight blocks' scales with one permute, which a per-block primitive under the
    generic loop cannot express. They carry the names ISA() gives in the AVX-512 instance, so
-   quant_isa.h's table is the same for every instruction set.
-
-   Quantizing x must give exactly what quant.quantize_q8_0 gives (tests compare them bit for bit):
-   d = amax / 127 in f32, q = x * (1/d) rounded half away from zero (C's roundf, not the SIMD
-   round-to-even), d stored as f16. x * (1/d) never fuses into an FMA (build_ffi.py compiles with
-   -ffp-contract=fast): the rounding takes |x * (1/d)|, a bitwise result. */
+   quant_isa.h's table is the same for every instruction set. */
 #include <math.h>
 #include "quant.h"
 #if defined(__x86_64__)

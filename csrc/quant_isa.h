@@ -1,14 +1,16 @@
 /* quant_isa.h: quant.h's row functions for one instruction set (included by foreach_isa.h, see
    there), each written once: weights to f32, an x row to Q8_0, the dot products, and the table
    of them (ggml's type_traits). What only an instruction set can do is a primitive below, picked
-   by VL (4 plain C, 8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32, bytes and words <-> int32 lanes (GCC 12
-   turns the vector extensions' byte conversions into one scalar move a lane), the largest lane
-   (a horizontal max by halving), and the int8 dot product of one block (maddubs on AVX2).
+   by VL (4 plain C, 8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32; bytes and words <-> int32
+   lanes (GCC 12 turns the vector extensions' conversions of these into one scalar move a lane);
+   the largest lane; and the int8 dot product of one block (maddubs on AVX2).
 
-   Plain C keeps ggml's reference order for the dot products: a float sum term after term, and
-   each block's int8 dot product whole in lane 0 (so vsum of the accumulator is that one sum).
-   The AVX-512 bf16 and int8 dot products need an extension and are hand-written in quant.c (see
-   there for why), under the names ISA() gives them here. */
+   Every path gives the same numbers where the order of float operations allows it (weights to
+   f32, x to Q8_0), so a dot product's result depends only on its summation order. Plain C keeps
+   ggml's reference order: a float sum term after term, and each block's int8 dot product whole
+   in lane 0 (so vsum of the accumulator is that one sum). The AVX-512 bf16 and int8 dot products
+   need an extension and are hand-written in quant.c (see there for why), under the names ISA()
+   gives them here. */
 #include "exp_isa.h"
 
 typedef int32_t ISA(vi) __attribute__((vector_size(4 * VL)));   /* VL lanes of int32 */
@@ -168,7 +170,12 @@ TARGET static void ISA(q4_0_to_float)(const void *w, float *y, int64_t k)
     }
 }
 
-/* ---- x to Q8_0 ---- */
+/* ---- x to Q8_0 ----
+
+   It must give exactly what quant.quantize_q8_0 gives (tests compare them bit for bit): d = amax /
+   127 in f32, q = x * (1/d) rounded half away from zero (C's roundf, not the SIMD round-to-even),
+   d stored as f16. x * (1/d) never fuses into an FMA (build_ffi.py compiles with
+   -ffp-contract=fast): the rounding takes |x * (1/d)|, a bitwise result. */
 
 /* roundf of each lane: |t| truncated, one up from a fraction of 1/2, t's sign put back */
 TARGET TD_INLINE ISA(vi) ISA(round_away)(VEC t)
