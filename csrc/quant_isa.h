@@ -52,35 +52,38 @@ TARGET TD_INLINE VEC ISA(dot_q4_0)(const uint8_t *w, const int8_t *x)
         sumi += ((w[j] & 15) - 8) * x[j] + ((w[j] >> 4) - 8) * x[j + QK4_0 / 2];
     return (VEC){(float)sumi};
 }
-#elif VL == 8
-TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p)
-{
-    return (ISA(vi))_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-}
-TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p)
-{
-    return (ISA(vi))_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-}
-TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p)
-{
-    return (ISA(vu))_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-}
+#else /* AVX2 (VL 8) and AVX-512 (VL 16): the same intrinsics on a ymm or a zmm */
+#if VL == 8
+#define MM(op) _mm256_##op
+#define LOAD_BYTES(p) _mm_loadl_epi64((const __m128i *)(p))     /* VL bytes */
+#define LOAD_WORDS(p) _mm_loadu_si128((const __m128i *)(p))     /* VL 16-bit words */
+#else
+#define MM(op) _mm512_##op
+#define LOAD_BYTES(p) _mm_loadu_si128((const __m128i *)(p))
+#define LOAD_WORDS(p) _mm256_loadu_si256((const __m256i *)(p))
+#endif
+TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p) { return (ISA(vi))MM(cvtepi8_epi32)(LOAD_BYTES(p)); }
+TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p) { return (ISA(vi))MM(cvtepu8_epi32)(LOAD_BYTES(p)); }
+TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p) { return (ISA(vu))MM(cvtepu16_epi32)(LOAD_WORDS(p)); }
+TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h) { return (VEC)MM(cvtph_ps)(LOAD_WORDS(h)); }
+TARGET TD_INLINE float ISA(h2f)(td_fp16_t h) { return _cvtsh_ss(h); }
+TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#undef MM
+#undef LOAD_BYTES
+#undef LOAD_WORDS
+
+#if VL == 8
 TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v) /* saturating; the lanes fit a byte */
 {
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128((__m256i)v), _mm256_extracti128_si256((__m256i)v, 1));
     _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
 }
+
 TARGET TD_INLINE float ISA(hmax)(VEC v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-TARGET TD_INLINE float ISA(h2f)(td_fp16_t h) { return _cvtsh_ss(h); }
-TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
-TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h)
-{
-    return (VEC)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
 /* 8 lanes of 4 products each (sign trick, then maddubs and madd) */
@@ -94,30 +97,14 @@ TARGET TD_INLINE VEC ISA(dot_q4_0)(const uint8_t *w, const int8_t *x)
     const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w), _mm256_set1_epi8(8));
     return (VEC)mul_sum_i8_pairs_avx2(qw, _mm256_loadu_si256((const __m256i *)x));
 }
-#elif VL == 16
-TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p)
-{
-    return (ISA(vi))_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
-}
-TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p)
-{
-    return (ISA(vi))_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-}
-TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p)
-{
-    return (ISA(vu))_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-}
-TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v)
+#else
+TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v) /* truncating; the lanes fit a byte */
 {
     _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8((__m512i)v));
 }
+
 TARGET TD_INLINE float ISA(hmax)(VEC v) { return _mm512_reduce_max_ps((__m512)v); }
-TARGET TD_INLINE float ISA(h2f)(td_fp16_t h) { return _cvtsh_ss(h); }
-TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
-TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h)
-{
-    return (VEC)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
-}
+#endif
 #endif
 
 /* ---- weights to f32 (exact: every path gives the same numbers) ---- */
