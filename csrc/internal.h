@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 #include "tinydiff.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define TD_INLINE static inline __attribute__((always_inline))
 #if defined(__x86_64__)
