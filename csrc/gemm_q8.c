@@ -12,8 +12,6 @@
 #include "quant.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 #define NR 32 /* weight rows per panel: two zmm of int32 lanes */
 #define MR 6  /* x rows per tile: 2*MR int32 sums and 2*MR f32 sums stay in the 32 registers */
 #define KB 8  /* blocks per panel (256 numbers): 8 KiB of packed bytes, L1-sized */

@@ -1,5 +1,5 @@
 /* internal.h: what the kernel files share and Python does not see: the thread pool's parallel-for,
-   the SIMD level, and portable vector types.
+   the SIMD level, the out-of-memory rule, and portable vector types (and x86's intrinsics).
 
    cpu.c picks the SIMD variant at load time, so one build runs on any x86-64. */
 #ifndef TD_INTERNAL_H

@@ -46,8 +46,6 @@ struct mm_kernels {
 };
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 /* r[16] (16 rows of 16 floats) transposed in registers: unpack 32-bit, 64-bit, then 128-bit lanes */
 TD_AVX512 TD_INLINE void transpose16(__m512 r[16])
 {

@@ -17,8 +17,6 @@
 #include <math.h>
 #include "quant.h"
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 /* ---- x86 pieces: AVX2's block dot product, and the extension kernels' odd last block ---- */
 
 TD_AVX2 TD_INLINE float hsum_float_8(__m256 v)
