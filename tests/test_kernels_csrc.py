@@ -63,10 +63,11 @@ def test_plain_c_sums_in_ggml_reference_order(name):
         want = [sequential_sum(wf[j] * x[0]) for j in range(5)]
     else:
         xq = quant.quantize(x, "q8_0")[0]
-        wq = (quant.dequantize(q) / np.repeat(q["d"].astype(np.float32), 32, axis=-1)).round()  # the quants
+        qs = q["qs"].astype(np.int64)
+        wq = qs if name == "q8_0" else np.concatenate([(qs & 15) - 8, (qs >> 4) - 8], axis=-1)  # [5, blocks, 32]
         want = []
         for j in range(5):
-            sumi = (wq[j].reshape(-1, 32) * xq["qs"].astype(np.float64)).sum(-1).astype(np.float32)
+            sumi = (wq[j] * xq["qs"]).sum(-1).astype(np.float32)                           # exact int32
             scale = q["d"][j].astype(np.float32) * xq["d"].astype(np.float32)
             want.append(sequential_sum(sumi * scale))
     assert got.tolist() == np.array(want, np.float32).tolist()
