@@ -16,6 +16,6 @@ struct silu {
 
 void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len)
 {
-    struct silu a = {gate, up, y, len};
+    struct silu a = {.gate = gate, .up = up, .y = y, .len = len};
     td_parallel_for(TD_PICK(silu_mul_chunks), &a, (len + CHUNK - 1) / CHUNK, 8.0 * CHUNK);
 }

@@ -10,7 +10,16 @@ TARGET TD_INLINE VEC ISA(vselect)(VI mask, VEC a, VEC b) /* mask ? a : b, lane b
     return (VEC)((mask & (VI)a) | (~mask & (VI)b));
 }
 
+/* a > b ? a : b, lane by lane (NaN: b): on x86 one maxps, where the select takes three */
+#if defined(__x86_64__) && VL == 16
+TARGET TD_INLINE VEC ISA(vmax)(VEC a, VEC b) { return (VEC)_mm512_max_ps((__m512)a, (__m512)b); }
+#elif defined(__x86_64__) && VL == 8
+TARGET TD_INLINE VEC ISA(vmax)(VEC a, VEC b) { return (VEC)_mm256_max_ps((__m256)a, (__m256)b); }
+#elif defined(__x86_64__)
+TARGET TD_INLINE VEC ISA(vmax)(VEC a, VEC b) { return (VEC)_mm_max_ps((__m128)a, (__m128)b); }
+#else
 TARGET TD_INLINE VEC ISA(vmax)(VEC a, VEC b) { return ISA(vselect)(a > b, a, b); }
+#endif
 
 TARGET TD_INLINE VEC ISA(vexp)(VEC x)
 {

@@ -12,8 +12,6 @@
 #include "quant.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 #define NR 32 /* weight rows per panel: two zmm of int32 lanes */
 #define MR 6  /* x rows per tile: 2*MR int32 sums and 2*MR f32 sums stay in the 32 registers */
 #define KB 8  /* blocks per panel (256 numbers): 8 KiB of packed bytes, L1-sized */
@@ -156,7 +154,7 @@ TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
 
 int td_gemm_q8_vnni(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
 {
-    struct gq a = {x, w, y, n, k, m, k / QK8_0, type, 0, 1, NULL, NULL, NULL};
+    struct gq a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nb = k / QK8_0, .type = type};
     /* enough tasks to keep every thread busy: split x rows too when there are few weight panels */
     int64_t npanels = (m + NR - 1) / NR, want = 4 * (int64_t)td_get_threads();
     int64_t nchunks = npanels >= want ? 1 : (want + npanels - 1) / npanels;

@@ -1,5 +1,5 @@
 /* internal.h: what the kernel files share and Python does not see: the thread pool's parallel-for,
-   the SIMD level, and portable vector types.
+   the SIMD level, the out-of-memory rule, and portable vector types (and x86's intrinsics).
 
    cpu.c picks the SIMD variant at load time, so one build runs on any x86-64. */
 #ifndef TD_INTERNAL_H
@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 #include "tinydiff.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define TD_INLINE static inline __attribute__((always_inline))
 #if defined(__x86_64__)
@@ -36,6 +39,14 @@ void td_pool_enter(void);
 void td_pool_leave(void);
 void td_parallel_run(td_range_fn fn, void *ctx, int64_t ntasks, double cost);
 void *td_scratch(int64_t bytes);
+
+/* Out of memory, the one rule for every kernel: a kernel that allocates (malloc, or td_scratch,
+   which gives NULL when the memory cannot be had) returns int, 0 done or -1 no memory, and never
+   aborts or prints: the library's caller decides. Its declaration in tinydiff.h says what its
+   outputs hold after -1 (untouched, or each output either done or untouched). Where the scratch
+   a kernel needs has a bound, it lives on the stack and the kernel cannot fail (rope.c); only
+   sizes without one (an x row converted per call, a temporary of n x m) are allocated. The Python
+   wrapper turns -1 into MemoryError with a one-line message naming the kernel. */
 
 /* GCC/clang vector extensions: one type per register width. Each hot kernel is written once in a
    *_isa.h file against VEC (VL floats) and compiled once per instruction set by foreach_isa.h. */

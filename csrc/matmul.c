@@ -46,8 +46,6 @@ struct mm_kernels {
 };
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 /* r[16] (16 rows of 16 floats) transposed in registers: unpack 32-bit, 64-bit, then 128-bit lanes */
 TD_AVX512 TD_INLINE void transpose16(__m512 r[16])
 {
@@ -109,7 +107,7 @@ static int64_t plan_gemm(const struct mm_kernels *kern, struct mm *a)
 
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m)
 {
-    struct mm a = {x, w, y, n, k, m, 0, 1, NULL, 0, NULL, 0};
+    struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1};
     const struct mm_kernels *kern = TD_PICK(matmul_kernels);
     if (n == 0 || m == 0)
         return;
@@ -182,7 +180,8 @@ static int convert_x(struct mm *a, int gemm)
     char *scratch = td_scratch(xf_at + (gemm ? n * k * 4 : 0));
     if (!scratch)
         return -1;
-    struct convert c = {tt, a->x, scratch, xc_bytes, k, gemm ? (float *)(scratch + xf_at) : NULL};
+    struct convert c = {.tt = tt, .x = a->x, .xc = scratch, .xc_bytes = xc_bytes, .k = k,
+                         .xf = gemm ? (float *)(scratch + xf_at) : NULL};
     td_parallel_run(convert_rows, &c, n, 8.0 * k);
     a->xc = scratch, a->xc_bytes = xc_bytes;
     if (gemm)
@@ -205,7 +204,8 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
 {
     const struct type_traits *tt = td_type_traits(type);
     const struct mm_kernels *kern = TD_PICK(matmul_kernels);
-    struct mm a = {x, w, y, n, k, m, 0, 1, tt, k / tt->blck_size * tt->type_size, (const char *)x, 4 * k};
+    struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .tt = tt,
+                   .row_bytes = k / tt->blck_size * tt->type_size, .xc = (const char *)x, .xc_bytes = 4 * k};
     if (n == 0 || m == 0)
         return 0;
     if (k == 0) {
@@ -252,7 +252,8 @@ static void matmuls_rows(void *ctx, int64_t b, int64_t e)
         }
 }
 
-/* y[n,m] (+)= x @ w^T on the many-rows paths; accumulating, through a temporary */
+/* y[n,m] (+)= x @ w^T on the many-rows paths. Accumulating goes through a temporary so that y is
+   added to the finished product, as on the few-rows path; 0, or -1 out of memory (y untouched) */
 static int matmul_one(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m,
                       int acc)
 {
@@ -285,8 +286,9 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
     const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
     struct mms s = {.nw = nw, .rows = tt ? matmul_rows_typed : TD_PICK(matmul_kernels)->rows};
     for (int64_t j = 0; j < nw; j++) {
-        s.a[j] = (struct mm){x, ws[j], ys[j], n, k, ms[j], 0, 1, tt, tt ? k / tt->blck_size * tt->type_size : 0,
-                             (const char *)x, 4 * k, accumulate};
+        s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .tt = tt,
+                             .row_bytes = tt ? k / tt->blck_size * tt->type_size : 0, .xc = (const char *)x,
+                             .xc_bytes = 4 * k, .acc = accumulate};
         s.first[j + 1] = s.first[j] + (ms[j] + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     }
     td_pool_enter();

@@ -5,19 +5,9 @@
 #define MR (VL == 16 ? 12 : 6)
 #define MR_REST 4 /* tile height for the rows left over */
 
-/* ---- few rows: dot products ---- */
+#include "dot_isa.h"
 
-TARGET TD_INLINE float ISA(dot1)(const float *x, const float *w, int64_t k)
-{
-    VEC acc = {0};
-    int64_t p = 0;
-    for (; p + VL <= k; p += VL)
-        acc += vload(w + p) * vload(x + p);
-    float s = vsum(acc);
-    for (; p < k; p++)
-        s += w[p] * x[p];
-    return s;
-}
+/* ---- few rows: dot products ---- */
 
 /* y[0:4] = x[k] . w[4,k] (four weight rows k apart) */
 TARGET TD_INLINE void ISA(dot4)(const float *x, const float *w, int64_t k, float *y)
@@ -66,7 +56,7 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
         }
     for (; j < j1; j++)
         for (int64_t i = 0; i < a->n; i++) {
-            float s = ISA(dot1)(a->x + i * k, w + j * k, k);
+            float s = ISA(vec_dot_f32)(k, a->x + i * k, w + j * k);
             a->y[i * m + j] = a->acc ? a->y[i * m + j] + s : s;
         }
 }
@@ -174,7 +164,8 @@ TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
     }
 }
 
-static const struct mm_kernels ISA(matmul_kernels) = {ISA(matmul_rows), ISA(matmul_gemm), MR, NR};
+static const struct mm_kernels ISA(matmul_kernels) = {.rows = ISA(matmul_rows), .gemm = ISA(matmul_gemm), .mr = MR,
+                                                       .nr = NR};
 
 #undef NR
 #undef MR

@@ -16,12 +16,12 @@ struct rows {
 
 void td_rmsnorm_f32(const float *x, const float *w, float *y, int64_t n, int64_t d, float eps)
 {
-    struct rows a = {x, w, y, d, eps};
+    struct rows a = {.x = x, .w = w, .y = y, .d = d, .eps = eps};
     td_parallel_for(TD_PICK(rmsnorm_rows), &a, n, 4.0 * d);
 }
 
 void td_softmax_f32(const float *x, float *y, int64_t n, int64_t d)
 {
-    struct rows a = {x, NULL, y, d, 0.0f};
+    struct rows a = {.x = x, .y = y, .d = d};
     td_parallel_for(TD_PICK(softmax_rows), &a, n, 8.0 * d);
 }

@@ -1,4 +1,5 @@
 /* norm_isa.h: RMSNorm and softmax rows for one instruction set (included by foreach_isa.h). */
+#include "dot_isa.h"
 #include "exp_isa.h"
 
 /* HF computes the variance in f32: y = w * (x * 1/sqrt(mean(x^2) + eps)) */
@@ -9,15 +10,9 @@ TARGET static void ISA(rmsnorm_rows)(void *ctx, int64_t b, int64_t e)
     for (int64_t i = b; i < e; i++) {
         const float *x = a->x + i * d;
         float *y = a->y + i * d;
-        VEC acc = {0};
+        float r = 1.0f / sqrtf(ISA(vec_dot_f32)(d, x, x) / (float)d + a->eps);
         int64_t j = 0;
         for (; j + VL <= d; j += VL)
-            acc += vload(x + j) * vload(x + j);
-        float sum = vsum(acc);
-        for (; j < d; j++)
-            sum += x[j] * x[j];
-        float r = 1.0f / sqrtf(sum / (float)d + a->eps);
-        for (j = 0; j + VL <= d; j += VL)
             vstore(y + j, vload(a->w + j) * (vload(x + j) * r));
         for (; j < d; j++)
             y[j] = a->w[j] * (x[j] * r);

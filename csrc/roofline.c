@@ -21,7 +21,7 @@ struct rd {
 
 uint32_t td_read_sum_u32(const uint32_t *x, int64_t len, int64_t reps)
 {
-    struct rd a = {x, len, reps, 0};
+    struct rd a = {.x = x, .len = len, .reps = reps};
     td_parallel_for(TD_PICK(read_sum), &a, (len + RD_BLOCK - 1) / RD_BLOCK, (double)RD_BLOCK * reps);
     return a.sum;
 }

@@ -40,8 +40,8 @@ enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_NTYPES };
    x is first converted to the type the dot product wants (quant.h), once per type. Few x rows: the
    output rows of all the weights of a type are shared out to the threads as one job; many: one
    matmul after the other. accumulate: ys[j] += the products instead (a residual added in the same
-   pass). Returns 0, or -1 if the scratch memory for the converted x could not be had (some ys may
-   then be untouched). */
+   pass). Returns 0, or -1 if memory could not be had (scratch for the converted x; accumulating with
+   many x rows, a temporary for the products): each ys[j] then holds its result or its old values. */
 int td_matmuls(const enum td_type *types, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
                const int64_t *ms, int accumulate);
 
@@ -54,7 +54,8 @@ void td_rmsnorm_f32(const float *x, const float *w, float *y, int64_t n, int64_t
 /* y[n,d] = softmax of each row of x[n,d] */
 void td_softmax_f32(const float *x, float *y, int64_t n, int64_t d);
 
-/* x[n,heads,hd] rotated in place, rotate-half layout; angle = (float)pos[i] * inv_freq[hd/2] */
+/* x[n,heads,hd] rotated in place, rotate-half layout; angle = (float)pos[i] * inv_freq[hd/2].
+   Allocates nothing: cannot fail. */
 void td_rope_f32(float *x, const int64_t *pos, const float *inv_freq, int64_t n, int64_t heads, int64_t hd);
 /* the same on q[n,heads,hd] and k[n,kv_heads,hd] in one call (each token's angles computed once) */
 void td_rope_qk_f32(float *q, float *k, const int64_t *pos, const float *inv_freq, int64_t n, int64_t heads,

@@ -201,7 +201,8 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
         outs[j] = out = _out(outs[j], lead + (m,), "matmul", x, w)
         wp.append(ptr), yp.append(_p(out)), ms.append(m), kinds.append(kind)
     if _matmuls(kinds, _p(x), n, k, len(ws), wp, yp, ms, residual):
-        raise MemoryError(f"matmul: no memory for x [{n},{k}] in the dot product's type")
+        raise MemoryError(f"matmul: no memory for x [{n},{k}] in the dot product's type"
+                          + (" or for the products added to out" if residual else ""))
     if ledger.active():
         for w, m in zip(ws, ms):
             ledger.book(op, cost.matmul(n, k, m, quant.bytes_per_weight(w)))

@@ -1,0 +1,261 @@
+/* quant_isa.h: quant.h's row functions for one instruction set (included by foreach_isa.h, see
+   there), each written once: weights to f32, an x row to Q8_0, the dot products, and the table
+   of them (ggml's type_traits). What only an instruction set can do is a primitive below, picked
+   by VL (4 plain C, 8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32; bytes and words <-> int32
+   lanes (GCC 12 turns the vector extensions' conversions of these into one scalar move a lane);
+   the largest lane; and the int8 dot product of one block (maddubs on AVX2).
+
+   Every path gives the same numbers where the order of float operations allows it (weights to
+   f32, x to Q8_0), so a dot product's result depends only on its summation order. Plain C keeps
+   ggml's reference order: a float sum term after term, and each block's int8 dot product whole
+   in lane 0 (so vsum of the accumulator is that one sum). The AVX-512 bf16 and int8 dot products
+   need an extension and are hand-written in quant.c (see there for why), under the names ISA()
+   gives them here. */
+#include "exp_isa.h"
+
+typedef int32_t ISA(vi) __attribute__((vector_size(4 * VL)));   /* VL lanes of int32 */
+typedef uint32_t ISA(vu) __attribute__((vector_size(4 * VL)));  /* and uint32 */
+
+/* ---- the primitives of each instruction set ---- */
+
+#if VL == 4
+TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p) { return (ISA(vi)){p[0], p[1], p[2], p[3]}; }
+TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p) { return (ISA(vi)){p[0], p[1], p[2], p[3]}; }
+TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p) { return (ISA(vu)){p[0], p[1], p[2], p[3]}; }
+TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v)
+{
+    for (int l = 0; l < VL; l++)
+        p[l] = (int8_t)v[l];
+}
+TARGET TD_INLINE float ISA(hmax)(VEC v) { return fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3])); }
+TARGET TD_INLINE float ISA(h2f)(td_fp16_t h) { return fp16_to_fp32(h); }
+TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return fp32_to_fp16(f); }
+TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h)
+{
+    return (VEC){fp16_to_fp32(h[0]), fp16_to_fp32(h[1]), fp16_to_fp32(h[2]), fp16_to_fp32(h[3])};
+}
+
+/* lanes whose sum is w . x over a block's 32 int8 pairs: here all of it in lane 0 */
+TARGET TD_INLINE VEC ISA(dot_q8_0)(const int8_t *w, const int8_t *x)
+{
+    int sumi = 0;
+    for (int j = 0; j < QK8_0; j++)
+        sumi += w[j] * x[j];
+    return (VEC){(float)sumi};
+}
+
+/* the same with a Q4_0 block's nibbles, weight = nibble - 8 */
+TARGET TD_INLINE VEC ISA(dot_q4_0)(const uint8_t *w, const int8_t *x)
+{
+    int sumi = 0;
+    for (int j = 0; j < QK4_0 / 2; j++)
+        sumi += ((w[j] & 15) - 8) * x[j] + ((w[j] >> 4) - 8) * x[j + QK4_0 / 2];
+    return (VEC){(float)sumi};
+}
+#else /* AVX2 (VL 8) and AVX-512 (VL 16): the same intrinsics on a ymm or a zmm */
+#if VL == 8
+#define MM(op) _mm256_##op
+#define LOAD_BYTES(p) _mm_loadl_epi64((const __m128i *)(p))     /* VL bytes */
+#define LOAD_WORDS(p) _mm_loadu_si128((const __m128i *)(p))     /* VL 16-bit words */
+#else
+#define MM(op) _mm512_##op
+#define LOAD_BYTES(p) _mm_loadu_si128((const __m128i *)(p))
+#define LOAD_WORDS(p) _mm256_loadu_si256((const __m256i *)(p))
+#endif
+TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p) { return (ISA(vi))MM(cvtepi8_epi32)(LOAD_BYTES(p)); }
+TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p) { return (ISA(vi))MM(cvtepu8_epi32)(LOAD_BYTES(p)); }
+TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p) { return (ISA(vu))MM(cvtepu16_epi32)(LOAD_WORDS(p)); }
+TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h) { return (VEC)MM(cvtph_ps)(LOAD_WORDS(h)); }
+TARGET TD_INLINE float ISA(h2f)(td_fp16_t h) { return _cvtsh_ss(h); }
+TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#undef MM
+#undef LOAD_BYTES
+#undef LOAD_WORDS
+
+#if VL == 8
+TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v) /* saturating; the lanes fit a byte */
+{
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128((__m256i)v), _mm256_extracti128_si256((__m256i)v, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
+}
+
+TARGET TD_INLINE float ISA(hmax)(VEC v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* 8 lanes of 4 products each (sign trick, then maddubs and madd) */
+TARGET TD_INLINE VEC ISA(dot_q8_0)(const int8_t *w, const int8_t *x)
+{
+    return (VEC)mul_sum_i8_pairs_avx2(_mm256_loadu_si256((const __m256i *)w), _mm256_loadu_si256((const __m256i *)x));
+}
+
+TARGET TD_INLINE VEC ISA(dot_q4_0)(const uint8_t *w, const int8_t *x)
+{
+    const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w), _mm256_set1_epi8(8));
+    return (VEC)mul_sum_i8_pairs_avx2(qw, _mm256_loadu_si256((const __m256i *)x));
+}
+#else
+TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v) /* truncating; the lanes fit a byte */
+{
+    _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8((__m512i)v));
+}
+
+TARGET TD_INLINE float ISA(hmax)(VEC v) { return _mm512_reduce_max_ps((__m512)v); }
+#endif
+#endif
+
+/* ---- weights to f32 (exact: every path gives the same numbers) ---- */
+
+/* VL bfloat16s -> VL floats: widen to 32 bits, shift into the top half */
+TARGET TD_INLINE VEC ISA(load_bf16)(const td_bf16_t *h) { return (VEC)(ISA(load_u16)(h) << 16); }
+
+/* VL, or one, of a row of halves (bf16 = 0) or bfloat16s (1) as floats; bf16 is a constant after
+   inlining, so the two row functions of each kernel below are written once */
+TARGET TD_INLINE VEC ISA(load_16bit)(const uint16_t *h, const int bf16)
+{
+    return bf16 ? ISA(load_bf16)(h) : ISA(load_f16)(h);
+}
+
+TARGET TD_INLINE float ISA(to_fp32_16bit)(uint16_t h, const int bf16) { return bf16 ? bf16_to_fp32(h) : ISA(h2f)(h); }
+
+TARGET TD_INLINE void ISA(to_float_16bit)(const uint16_t *h, float *y, int64_t k, const int bf16)
+{
+    int64_t i = 0;
+    for (; i + VL <= k; i += VL)
+        vstore(y + i, ISA(load_16bit)(h + i, bf16));
+    for (; i < k; i++)
+        y[i] = ISA(to_fp32_16bit)(h[i], bf16);
+}
+
+TARGET static void ISA(f16_to_float)(const void *w, float *y, int64_t k) { ISA(to_float_16bit)(w, y, k, 0); }
+
+TARGET static void ISA(bf16_to_float)(const void *w, float *y, int64_t k) { ISA(to_float_16bit)(w, y, k, 1); }
+
+TARGET static void ISA(q8_0_to_float)(const void *w, float *y, int64_t k)
+{
+    const block_q8_0 *b = w;
+    for (int64_t i = 0; i < k / QK8_0; i++, y += QK8_0) {
+        const float d = ISA(h2f)(b[i].d);
+        for (int j = 0; j < QK8_0; j += VL)
+            vstore(y + j, d * __builtin_convertvector(ISA(load_i8)(b[i].qs + j), VEC));
+    }
+}
+
+TARGET static void ISA(q4_0_to_float)(const void *w, float *y, int64_t k)
+{
+    const block_q4_0 *b = w;
+    for (int64_t i = 0; i < k / QK4_0; i++, y += QK4_0) {
+        const float d = ISA(h2f)(b[i].d);
+        for (int j = 0; j < QK4_0 / 2; j += VL) {
+            const ISA(vi) q = ISA(load_u8)(b[i].qs + j), lo = (q & 15) - 8, hi = (q >> 4) - 8;
+            vstore(y + j, d * __builtin_convertvector(lo, VEC));
+            vstore(y + j + QK4_0 / 2, d * __builtin_convertvector(hi, VEC));
+        }
+    }
+}
+
+/* ---- x to Q8_0 ----
+
+   It must give exactly what quant.quantize_q8_0 gives (tests compare them bit for bit): d = amax /
+   127 in f32, q = x * (1/d) rounded half away from zero (C's roundf, not the SIMD round-to-even),
+   d stored as f16. x * (1/d) never fuses into an FMA (build_ffi.py compiles with
+   -ffp-contract=fast): the rounding takes |x * (1/d)|, a bitwise result. */
+
+/* roundf of each lane: |t| truncated, one up from a fraction of 1/2, t's sign put back */
+TARGET TD_INLINE ISA(vi) ISA(round_away)(VEC t)
+{
+    const ISA(vi) neg = (ISA(vi))t >> 31; /* -1 in the negative lanes */
+    const VEC a = (VEC)((ISA(vi))t & 0x7FFFFFFF);
+    const ISA(vi) whole = __builtin_convertvector(a, ISA(vi));
+    const ISA(vi) r = whole - (a - __builtin_convertvector(whole, VEC) >= 0.5f); /* true is -1 */
+    return (r ^ neg) - neg;
+}
+
+/* ggml's quantize_row_q8_0_ref, VL numbers at a time */
+TARGET static void ISA(quantize_row_q8_0)(const float *x, void *vy, int64_t k)
+{
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < k / QK8_0; i++, x += QK8_0) {
+        VEC v[QK8_0 / VL], m = {0};
+        for (int j = 0; j < QK8_0 / VL; j++) {
+            v[j] = vload(x + j * VL);
+            m = ISA(vmax)((VEC)((ISA(vi))v[j] & 0x7FFFFFFF), m);
+        }
+        const float d = ISA(hmax)(m) / 127, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = ISA(f2h)(d);
+        for (int j = 0; j < QK8_0 / VL; j++)
+            ISA(store_i8)(y[i].qs + j * VL, ISA(round_away)(v[j] * id));
+    }
+}
+
+/* ---- dot products ---- */
+
+/* a weight row of 16-bit floats . x in f32: two sums of vectors, then the tail term by term (plain
+   C: all of it, see the top) */
+TARGET TD_INLINE float ISA(dot_16bit)(int64_t k, const uint16_t *h, const float *x, const int bf16)
+{
+    VEC a0 = {0}, a1 = {0};
+    int64_t i = 0;
+    for (; VL > 4 && i + 2 * VL <= k; i += 2 * VL) {
+        a0 += ISA(load_16bit)(h + i, bf16) * vload(x + i);
+        a1 += ISA(load_16bit)(h + i + VL, bf16) * vload(x + i + VL);
+    }
+    for (; VL > 4 && i + VL <= k; i += VL)
+        a0 += ISA(load_16bit)(h + i, bf16) * vload(x + i);
+    float s = vsum(a0 + a1);
+    for (; i < k; i++)
+        s += ISA(to_fp32_16bit)(h[i], bf16) * x[i];
+    return s;
+}
+
+TARGET static float ISA(vec_dot_f16)(int64_t k, const void *w, const void *x) { return ISA(dot_16bit)(k, w, x, 0); }
+
+#if VL != 16 /* AVX-512: quant.c's AVX512_BF16 and AVX512_VNNI kernels, under the names ISA() gives */
+TARGET static float ISA(vec_dot_bf16)(int64_t k, const void *w, const void *x) { return ISA(dot_16bit)(k, w, x, 1); }
+
+/* each block's exact int32 dot product, scaled by d_w * d_x into VL float sums */
+TARGET static float ISA(vec_dot_q8_0_q8_0)(int64_t k, const void *vw, const void *vx)
+{
+    const block_q8_0 *w = vw, *x = vx;
+    VEC acc = {0};
+    for (int64_t i = 0; i < k / QK8_0; i++)
+        acc += ISA(h2f)(w[i].d) * ISA(h2f)(x[i].d) * ISA(dot_q8_0)(w[i].qs, x[i].qs);
+    return vsum(acc);
+}
+
+TARGET static float ISA(vec_dot_q4_0_q8_0)(int64_t k, const void *vw, const void *vx)
+{
+    const block_q4_0 *w = vw;
+    const block_q8_0 *x = vx;
+    VEC acc = {0};
+    for (int64_t i = 0; i < k / QK4_0; i++)
+        acc += ISA(h2f)(w[i].d) * ISA(h2f)(x[i].d) * ISA(dot_q4_0)(w[i].qs, x[i].qs);
+    return vsum(acc);
+}
+#endif
+
+/* f32 x (from_float NULL): x_to_float is never needed, the GEMM reads x itself */
+static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
+    [TD_F16] = {.blck_size = 1, .type_size = 2, .to_float = ISA(f16_to_float), .x_blck_size = 1, .x_type_size = 4,
+                .vec_dot = ISA(vec_dot_f16)},
+    [TD_BF16] = {.blck_size = 1, .type_size = 2, .to_float = ISA(bf16_to_float), .x_blck_size = 1,
+#if VL == 16 /* x rounded to bf16 for vdpbf16ps */
+                 .from_float = ISA(bf16_from_float), .x_to_float = ISA(bf16_to_float), .x_type_size = 2,
+#else
+                 .x_type_size = 4,
+#endif
+                 .vec_dot = ISA(vec_dot_bf16)},
+    [TD_Q8_0] = {.blck_size = QK8_0, .type_size = sizeof(block_q8_0), .to_float = ISA(q8_0_to_float),
+                 .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
+                 .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q8_0_q8_0)},
+    [TD_Q4_0] = {.blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float = ISA(q4_0_to_float),
+                 .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
+                 .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q4_0_q8_0),
+#if VL == 16 /* four rows at a time sharing the work on x */
+                 .vec_dot4 = ISA(vec_dot4_q4_0_q8_0),
+#endif
+                },
+};
