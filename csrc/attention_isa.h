@@ -1,32 +1,10 @@
 /* attention_isa.h: the attention kernels for one instruction set (included by foreach_isa.h). */
+#include "dot_isa.h"
 #include "exp_isa.h"
 #define VI TD_CAT(vi, VL)
 #define RT (VL == 16 ? 3 : 2) /* register tile: RT row vectors by AT keys (or value dims), so */
 #define AT (VL == 16 ? 8 : 6) /* RT * AT accumulators, RT loads and a broadcast fit the registers */
-/* max in one instruction, where the vector extensions' select takes three */
-#if defined(__x86_64__) && VL == 16
-#define VMAX(a, b) (VEC)_mm512_max_ps((__m512)(a), (__m512)(b))
-#elif defined(__x86_64__) && VL == 8
-#define VMAX(a, b) (VEC)_mm256_max_ps((__m256)(a), (__m256)(b))
-#elif defined(__x86_64__)
-#define VMAX(a, b) (VEC)_mm_max_ps((__m128)(a), (__m128)(b))
-#else
-#define VMAX(a, b) ISA(vmax)(a, b)
-#endif
-
 /* ---- one query: a (query, head) row at a time ---- */
-
-TARGET TD_INLINE float ISA(dot1)(const float *q, const float *k, int64_t hd)
-{
-    VEC acc = {0};
-    int64_t d = 0;
-    for (; d + VL <= hd; d += VL)
-        acc += vload(q + d) * vload(k + d);
-    float s = vsum(acc);
-    for (; d < hd; d++)
-        s += q[d] * k[d];
-    return s;
-}
 
 /* s[0:4] = q[hd] . k_r[hd] for four keys k_r = k + r * stride */
 TARGET TD_INLINE void ISA(dot4)(const float *q, const float *k, int64_t stride, int64_t hd, float *s)
@@ -57,7 +35,7 @@ TARGET TD_INLINE void ISA(scores)(const float *q, const float *k, int64_t stride
     for (; j + 4 <= nb; j += 4)
         ISA(dot4)(q, k + j * stride, stride, hd, s + j);
     for (; j < nb; j++)
-        s[j] = ISA(dot1)(q, k + j * stride, hd);
+        s[j] = ISA(vec_dot_f32)(hd, q, k + j * stride);
 }
 
 /* y[len] *= c */
@@ -226,14 +204,14 @@ TARGET TD_INLINE VEC ISA(block_max)(const float *st, int64_t nb, int64_t rp)
     VEC m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
     int64_t j = 0;
     for (; j + 4 <= nb; j += 4) {
-        m0 = VMAX(m0, vload(st + j * rp));
-        m1 = VMAX(m1, vload(st + (j + 1) * rp));
-        m2 = VMAX(m2, vload(st + (j + 2) * rp));
-        m3 = VMAX(m3, vload(st + (j + 3) * rp));
+        m0 = ISA(vmax)(m0, vload(st + j * rp));
+        m1 = ISA(vmax)(m1, vload(st + (j + 1) * rp));
+        m2 = ISA(vmax)(m2, vload(st + (j + 2) * rp));
+        m3 = ISA(vmax)(m3, vload(st + (j + 3) * rp));
     }
     for (; j < nb; j++)
-        m0 = VMAX(m0, vload(st + j * rp));
-    return VMAX(VMAX(m0, m1), VMAX(m2, m3));
+        m0 = ISA(vmax)(m0, vload(st + j * rp));
+    return ISA(vmax)(ISA(vmax)(m0, m1), ISA(vmax)(m2, m3));
 }
 
 /* Online softmax over a key block, a row per lane: st[nb][rp] holds the scores in log2 units and
@@ -253,7 +231,7 @@ TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64
                 vstore(st + j * rp + r, ISA(vselect)(after, ninf, vload(st + j * rp + r)));
             }
         }
-        VEC mold = vload(m + r), mnew = VMAX(mold, ISA(block_max)(st + r, nb, rp));
+        VEC mold = vload(m + r), mnew = ISA(vmax)(mold, ISA(block_max)(st + r, nb, rp));
         VEC base = ISA(vselect)(mnew == ninf, (VEC){0}, mnew); /* rows with no key yet: 2^(-inf - 0) = 0 */
         VEC c = ISA(exp2_neg)(mold - base), sum = {0};
         for (int64_t j = 0; j < nb; j++) {
@@ -321,4 +299,3 @@ TARGET static void ISA(attend_tiles)(void *ctx, int64_t b, int64_t e)
 #undef VI
 #undef RT
 #undef AT
-#undef VMAX

@@ -9,9 +9,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from tinydiff import kernels as K
-from tinydiff import quant
-from tinydiff import reference as R
+from tinydiff.engine import kernels as K
+from tinydiff.engine import reference as R
+from tinydiff.formats import quant
 
 TYPES = ["f16", "bf16", "q8_0", "q4_0"]
 
@@ -91,7 +91,8 @@ def test_rope_past_the_stack_chunk(level, hd):
 OUT_OF_MEMORY = """
 import resource
 import numpy as np
-from tinydiff import kernels as K, quant
+from tinydiff.engine import kernels as K
+from tinydiff.formats import quant
 K._set_simd({level!r})
 x = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
 w = {{"f32": np.ones((2048, 4096), np.float32), "q8_0": quant.quantize(np.ones((64, 4096), np.float32), "q8_0")}}
