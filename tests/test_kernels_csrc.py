@@ -1,6 +1,7 @@
 """What csrc promises beyond the results' accuracy: the row functions of every weight type on every
 SIMD path (quant_isa.h), plain C's summation order, rope past its stack buffer, and the
 out-of-memory rule (internal.h: -1 and MemoryError, outputs as documented, never an abort)."""
+import os
 import platform
 import subprocess
 import sys
@@ -116,7 +117,7 @@ def test_out_of_memory_raises_and_leaves_out_untouched(level_):
     if level_ not in K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]:
         pytest.skip(f"no {level_} on this CPU")
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(OUT_OF_MEMORY.format(level=level_))],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, cwd=os.path.dirname(__file__))  # the installed package, not ./tinydiff
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["f32", "q8_0"], run.stdout
