@@ -45,6 +45,9 @@ def model_copy(tmp_path):
 def test_generate_streams_the_same_text_as_the_api(capsys):
     expected = tinydiff.load(MODEL).generate("Once upon a time", 12, temperature=0)
     assert main(["generate", "-m", MODEL, "-p", "Once upon a time", "-n", "12", "--temp", "0"]) == 0
+    assert capsys.readouterr().out == "Once upon a time" + expected + "\n"          # the prompt echoed first
+    assert main(["generate", "-m", MODEL, "-p", "Once upon a time", "-n", "12", "--temp", "0",
+                 "--no-display-prompt"]) == 0
     assert capsys.readouterr().out == expected + "\n"
 
 
@@ -186,7 +189,7 @@ def test_diffusion_generate_prints_the_denoised_completion_and_stats(llada_dir):
     model = tinydiff.load(llada_dir)
     expected = model.denoise("Once upon a time", 12, steps=6, block_length=4)
     status, out, err = run("generate", "-m", llada_dir, "-p", "Once upon a time", "-n", "12", "--steps", "6",
-                           "--block", "4", "--stats")
+                           "--block", "4", "--stats", "--no-display-prompt")
     assert status == 0 and out == expected + "\n"
     assert "forward passes: 6" in err and "2.00 tokens committed per pass" in err
 

@@ -117,7 +117,8 @@ def test_out_of_memory_raises_and_leaves_out_untouched(level_):
     if level_ not in K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]:
         pytest.skip(f"no {level_} on this CPU")
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(OUT_OF_MEMORY.format(level=level_))],
-                         capture_output=True, text=True, timeout=120, cwd=os.path.dirname(__file__))  # the installed package, not ./tinydiff
+                         capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(__file__))  # so the child imports the installed package
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["f32", "q8_0"], run.stdout

@@ -18,7 +18,8 @@ MAY_IMPORT = {
     "convert": {"engine", "formats"},
     "measure": {"measure", "model", "decoding", "engine", "formats", "_kernels"},
     "training": {"training", "measure", "model", "decoding", "engine", "formats"},
-    "cli": {"cli", "model", "convert", "measure", "training", "decoding", "engine", "formats"},
+    "cli": {"cli", "model", "convert", "measure", "training", "decoding", "engine", "formats",
+            "__version__"},
     "__init__": {"model", "engine", "formats"},
     "__main__": {"cli"},
 }

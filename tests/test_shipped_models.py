@@ -41,12 +41,12 @@ def test_the_installed_package_carries_both_models():
 
 def test_generate_without_a_model_uses_the_shipped_ar_model(ar):
     out = installed("generate", "-p", "Once upon a time", "-n", "16", "--temp", "0", module=True)
-    assert out == ar.generate("Once upon a time", 16, temperature=0) + "\n"
+    assert out == "Once upon a time" + ar.generate("Once upon a time", 16, temperature=0) + "\n"
 
 
 def test_diffusion_mode_without_a_model_uses_the_shipped_diffusion_model(mdm):
     out = installed("generate", "--mode", "diffusion", "-p", "Once upon a time", "-n", "16", module=True)
-    assert out == mdm.denoise("Once upon a time", gen_length=16) + "\n"
+    assert out == "Once upon a time" + mdm.denoise("Once upon a time", gen_length=16) + "\n"
 
 
 def test_the_two_models_are_twins(ar, mdm):

@@ -10,5 +10,6 @@ from .errors import ModelError, TinydiffError, UsageError
 from .formats.tokenizer import Tokenizer
 from .model import Model, load, set_threads
 
-__all__ = ["load", "Model", "Tokenizer", "Ledger", "cost", "masks", "set_threads", "TinydiffError", "UsageError", "ModelError"]
+__all__ = ["load", "Model", "Tokenizer", "Ledger", "cost", "masks", "set_threads",
+           "TinydiffError", "UsageError", "ModelError"]
 __version__ = "0.1.0"

@@ -4,11 +4,12 @@
 A user's mistake is one line on stderr and exit status 2 (usage) or 1 (model files), never a traceback.
 """
 import argparse
+import os
 import sys
 
 import numpy as np
 
-from .errors import TinydiffError, UsageError
+from .errors import ModelError, TinydiffError, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -20,8 +21,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_model_args(p):
     p.add_argument("-m", "--model", default=None,
-                   help="model folder (config.json, *.safetensors, tokenizer.json) or .gguf file; "
-                        "default: the shipped model")
+                   help="model folder (config.json, *.safetensors, tokenizer.json), .gguf file or shipped "
+                        "model name (tinydiff models); default: the shipped model for the mode")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
 
 
@@ -30,10 +31,12 @@ def _add_sampling_args(p):
                    help="temperature; 0 = greedy (default 0.8; masked diffusion: 0)")
     p.add_argument("--top-k", type=int, default=None, help="top-k, 0 = off (default 40; masked diffusion: 0)")
     p.add_argument("--top-p", type=float, default=None, help="top-p, 1 = off (default 0.95; masked diffusion: 1)")
-    p.add_argument("--min-p", type=float, default=0.05, help="min-p, 0 = off (default 0.05)")
-    p.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty, 1 = off (default 1.0)")
-    p.add_argument("--repeat-last-n", type=int, default=64, help="tokens the penalty looks back at (default 64)")
-    p.add_argument("-s", "--seed", type=int, default=None, help="random seed (default: fresh each run)")
+    p.add_argument("--min-p", type=float, default=None, help="min-p, 0 = off (default 0.05; autoregressive only)")
+    p.add_argument("--repeat-penalty", type=float, default=None,
+                   help="repetition penalty, 1 = off (default 1.0; autoregressive only)")
+    p.add_argument("--repeat-last-n", type=int, default=None,
+                   help="tokens the penalty looks back at (default 64; autoregressive only)")
+    p.add_argument("-s", "--seed", type=int, default=None, help="random seed (default or -1: fresh each run)")
 
 
 def _add_diffusion_args(p, visual=True):
@@ -67,7 +70,9 @@ def diffusion_options(args):
 
 
 def build_parser():
+    from . import __version__
     parser = _Parser(prog="tinydiff", description="CPU inference for autoregressive and masked-diffusion LMs")
+    parser.add_argument("--version", action="version", version=f"tinydiff {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     g = sub.add_parser("generate", help="generate text from a prompt, streaming to stdout")
@@ -76,7 +81,10 @@ def build_parser():
     g.add_argument("-f", "--file", help="read the prompt from a file ('-' = stdin)")
     g.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (default 128)")
     g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    g.add_argument("--truncate", action="store_true", help="drop the start of a prompt too long for the context")
+    g.add_argument("--truncate", action="store_true",
+                   help="drop the start of a prompt too long for the context (autoregressive only)")
+    g.add_argument("--no-display-prompt", dest="display_prompt", action="store_false",
+                   help="print only the completion, not the prompt before it")
     g.add_argument("--stats", action="store_true", help="print timings to stderr, as llama.cpp does")
     g.add_argument("--mode", choices=["ar", "diffusion"], default=None,
                    help="autoregressive or masked diffusion (default: what the model was trained for)")
@@ -139,6 +147,9 @@ def build_parser():
     add_eval_arguments(e)
     e.set_defaults(run=run_eval)
 
+    ms = sub.add_parser("models", help="the models that ship with tinydiff: names for -m, and their folders")
+    ms.set_defaults(run=cmd_models)
+
     i = sub.add_parser("info", help="architecture, parameter count and weight bytes per dtype")
     _add_model_args(i)
     i.set_defaults(run=cmd_info)
@@ -187,29 +198,65 @@ def load_model(args):
 def cmd_generate(args):
     from .decoding.generate import Timings
     prompt = read_prompt(args)
+    seed = _seed(args.seed)
     model = load_model(args)
     mode = args.mode or ("ar" if model.config.causal else "diffusion")
+    _refuse_other_modes_flags(args, mode)
     if mode == "diffusion":
-        return run_diffusion(args, model, prompt)
+        return run_diffusion(args, model, prompt, seed=seed, echo=args.display_prompt)
     timings = Timings()
     pieces = model.stream(prompt, args.n_predict, stop=args.stop, temperature=_or(args.temp, 0.8),
-                          top_k=_or(args.top_k, 40), top_p=_or(args.top_p, 0.95), min_p=args.min_p,
-                          repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-                          seed=args.seed, truncate=args.truncate, timings=timings)
-    out = sys.stdout
+                          top_k=_or(args.top_k, 40), top_p=_or(args.top_p, 0.95), min_p=_or(args.min_p, 0.05),
+                          repeat_penalty=_or(args.repeat_penalty, 1.0), repeat_last_n=_or(args.repeat_last_n, 64),
+                          seed=seed, truncate=args.truncate, timings=timings)   # checked: nothing printed yet
+    if args.display_prompt:
+        _write(prompt)
     for piece in pieces:
-        out.write(piece)
-        out.flush()
-    out.write("\n")
+        _write(piece)
+    _write("\n")
     if args.stats:
         print(timings.report(), file=sys.stderr)
 
 
-def run_diffusion(args, model, prompt, infill=False):
+def _write(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _seed(seed):
+    """-s: a seed >= 0, or -1 (llama.cpp's spelling) / none for a fresh one each run."""
+    if seed is not None and seed < -1:
+        raise UsageError(f"-s/--seed must be >= 0, or -1 for a random seed; got {seed}")
+    return None if seed == -1 else seed
+
+
+# flags that only one mode reads: given in the other, they are refused rather than ignored
+AR_ONLY = {"truncate": "--truncate", "min_p": "--min-p", "repeat_penalty": "--repeat-penalty",
+           "repeat_last_n": "--repeat-last-n"}
+
+
+def _refuse_other_modes_flags(args, mode):
+    from dataclasses import fields
+
+    from .decoding.diffusion import Options
+    if mode == "diffusion":
+        given = [flag for name, flag in AR_ONLY.items() if getattr(args, name) not in (None, False)]
+    else:
+        given = [f.metadata["flag"] for f in fields(Options) if "flag" in f.metadata
+                 and getattr(args, f.name) is not None] + (["--visual"] if args.visual else [])
+    if given:
+        other = "masked diffusion" if mode == "ar" else "autoregressive decoding"
+        this = "autoregressive" if mode == "ar" else "masked diffusion"
+        raise UsageError(f"{given[0]} is a flag of {other}; this run is {this} (--mode {mode})")
+
+
+def run_diffusion(args, model, prompt, infill=False, seed=None, echo=False):
+    from .decoding.diffusion import Denoised
+    from .decoding.generate import cut_at_stop
     from .decoding.visual import LiveView
     options = diffusion_options(args)
     options["temperature"] = _or(args.temp, 0.0)
-    options["seed"] = args.seed
+    options["seed"] = seed
     if infill:
         ids, first, last = model.holes(prompt)
         options.setdefault("eos", "suppress")
@@ -219,12 +266,19 @@ def run_diffusion(args, model, prompt, infill=False):
         ids = model.encode_prompt(prompt)
         options.update(gen_length=args.n_predict, top_k=_or(args.top_k, 0), top_p=_or(args.top_p, 1.0))
         start = len(ids)
+    steps = model.denoise_steps(ids, **options)         # every check made: nothing printed yet
     view = LiveView(model.tokenizer, sys.stdout, start=start,
                     given=options.get("fixed")) if args.visual else None
-    result = model.denoise_result(ids, on_step=view.on_step if view else None, **options)
+    if echo:
+        _write(prompt + ("\n" if view and view.live else ""))   # the live view redraws whole lines
+    for item in steps:
+        if isinstance(item, Denoised):
+            result = item
+        elif view:
+            view.on_step(item.index, item.canvas, item.committed)
     out = result.canvas[first:last].tolist() if infill else result.ids
     stop = next((i for i, t in enumerate(out) if t in model.stop_ids), len(out))
-    text = model.tokenizer.decode(out[:stop])
+    text = cut_at_stop(model.tokenizer.decode(out[:stop]), getattr(args, "stop", None))
     if view:
         view.finish(text)
     else:
@@ -237,8 +291,9 @@ def run_diffusion(args, model, prompt, infill=False):
 
 
 def cmd_infill(args):
+    seed = _seed(args.seed)
     model = load_model(args)
-    run_diffusion(args, model, args.prompt, infill=True)
+    run_diffusion(args, model, args.prompt, infill=True, seed=seed)
 
 
 def cmd_bench(args):
@@ -252,15 +307,16 @@ def cmd_bench(args):
     )
     from .measure.shapes import SHAPES, random_model
     from .measure.table import stored_as
-    from .model import load, set_threads
+    from .model import load, model_path, set_threads
     if args.threads is not None:
         set_threads(args.threads)
     if args.repetitions < 1:
         raise UsageError(f"bench: repetitions must be >= 1, got {args.repetitions}")
-    tests = ([f"pp{n}" for n in args.n_prompt or [512]] + [f"tg{n}" for n in args.n_gen or [128]]
-             + [f"dd{d}" for d in args.diffusion or ["256x4"]])
-    for spec in tests:
+    for spec in _bench_tests(args, None):
         parse_test(spec)                                  # every mistake before anything runs
+    for path in args.model or []:
+        if not os.path.exists(model_path(path)):
+            raise ModelError(f"{path}: no such model folder, .gguf file or shipped model (tinydiff models)")
     unknown = [s for s in args.shape or [] if s not in SHAPES]
     if unknown:
         raise UsageError(f"bench: unknown shape '{unknown[0]}' (known: {', '.join(SHAPES)})")
@@ -273,6 +329,7 @@ def cmd_bench(args):
         print(HEADER)
     for name, make in models:
         model = make()
+        tests = _bench_tests(args, model.config.max_position_embeddings)
         for wtype in types:
             label = f"{name} {wtype}" if wtype else name
             for r in bench(stored_as(model, wtype), label, tests, args.repetitions, roofline):
@@ -285,6 +342,14 @@ def cmd_bench(args):
     for lines in (weight_bandwidth(results, roofline), type_ratios(results, types) if len(types) > 1 else ""):
         if lines:
             print("\n" + lines)
+
+
+def _bench_tests(args, n_ctx):
+    """The test specs: the ones asked for, else llama-bench's defaults (pp512, tg128, and dd256x4)
+    made to fit a context of n_ctx positions (None: as they are)."""
+    fit = (lambda n: n) if n_ctx is None else (lambda n: min(n, n_ctx - 1))   # tg reads one more
+    return ([f"pp{n}" for n in args.n_prompt or [fit(512)]] + [f"tg{n}" for n in args.n_gen or [fit(128)]]
+            + [f"dd{d}" for d in args.diffusion or [f"{fit(256)}x4"]])
 
 
 def _weight_types(text, command="cost"):
@@ -308,6 +373,9 @@ def cmd_cost(args):
         set_threads(args.threads)
     if args.n_predict < 1:
         raise UsageError(f"cost: the number of tokens to generate must be >= 1, got {args.n_predict}")
+    if args.plot:
+        from .measure.plot import check_plot_path
+        check_plot_path(args.plot)                         # before minutes of measuring, not after
     paths = args.model or [default_model_path("ar"), default_model_path("diffusion")]
     models = [load(p) for p in paths]
     ar = next((m for m in models if m.config.causal), None)
@@ -364,14 +432,23 @@ def cmd_train(args):
 
 def cmd_convert(args):
     from .convert import convert
+    from .model import model_path
     try:
-        fallbacks = convert(args.model, args.output, args.type)
+        fallbacks = convert(model_path(args.model), args.output, args.type)
     except OSError as e:
         raise UsageError(f"{args.output}: cannot write ({e.strerror})") from None
     if fallbacks:   # llama.cpp's converter does the same, with the same warning
         print(f"note: {len(fallbacks)} matrices with rows that are not whole {args.type} blocks of 32 are "
               f"stored as f16 ({', '.join(fallbacks[:3])}{', ...' if len(fallbacks) > 3 else ''})", file=sys.stderr)
     print(f"wrote {args.output}")
+
+
+def cmd_models(args):
+    from .model import DEFAULT_MODELS, shipped_models
+    defaults = {name: mode for mode, name in DEFAULT_MODELS.items()}
+    for name, path in shipped_models().items():
+        note = f"  (default for --mode {defaults[name]})" if name in defaults else ""
+        print(f"{name:16s} {path}{note}")
 
 
 def cmd_info(args):
@@ -393,14 +470,27 @@ def main(argv=None):
     try:
         args = build_parser().parse_args(argv)
         args.run(args)
+        sys.stdout.flush()          # a write error surfaces here, not in the interpreter's exit
     except TinydiffError as e:
         print(f"tinydiff: error: {e}", file=sys.stderr)
         return e.exit_status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        _quiet_stdout()
         return 0
+    except OSError as e:            # stdout on a full disk (> /dev/full), a vanished file
+        _quiet_stdout()
+        print(f"tinydiff: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _quiet_stdout():
+    """Points stdout at /dev/null, so the interpreter's last flush of what could not be written
+    does not print a traceback on exit (Python's documented way for a broken pipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 UsageError: the request is wrong (an empty prompt, -n 0, a negative temperature); exit status 2.
 ModelError: the model files are wrong (missing, truncated, a header that lies); exit status 1.
-Messages name what is wrong and where: the file, the tensor, the flag.
+Messages name what is wrong and where: the file, the tensor, the flag. is_integer and is_number
+say what a caller's value must be before it is compared (a string compared to 0 is a TypeError).
 """
+import numbers
 
 
 class TinydiffError(Exception):
@@ -16,3 +18,13 @@ class UsageError(TinydiffError, ValueError):
 
 class ModelError(TinydiffError):
     exit_status = 1
+
+
+def is_integer(x):
+    """A whole number given as one (numpy's included), not a bool and not 1.0."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def is_number(x):
+    """A real number (int or float, numpy's included), not a bool; NaN fails every range check."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)

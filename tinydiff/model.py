@@ -20,10 +20,10 @@ from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
 from .engine.gguf_model import load_gguf
-from .engine.masks import BIDIRECTIONAL, CAUSAL
+from .engine.masks import BIDIRECTIONAL, CAUSAL, AttentionMask
 from .engine.transformer import Transformer
 from .engine.weights import load_weights
-from .errors import ModelError, UsageError
+from .errors import ModelError, UsageError, is_integer
 from .formats import quant
 from .formats.safetensors import load_checkpoint
 from .formats.tokenizer import Tokenizer
@@ -40,19 +40,38 @@ def set_threads(threads):
 DEFAULT_MODELS = {"ar": "stories5m-ar", "diffusion": "stories5m-mdm"}
 
 
-def default_model_path(mode="ar"):
-    """The shipped model for a mode: installed beside the package, or in a source checkout."""
+def shipped_models():
+    """{name: folder} of the models that ship with tinydiff: installed beside the package, or in a
+    source checkout's weights/."""
     here = os.path.dirname(os.path.abspath(__file__))
     for folder in (os.path.join(here, "models"), os.path.join(os.path.dirname(here), "weights")):
-        path = os.path.join(folder, DEFAULT_MODELS[mode])
-        if os.path.isfile(os.path.join(path, "config.json")):
-            return path
-    raise UsageError(f"no model given and the shipped {DEFAULT_MODELS[mode]} model is not installed: use -m DIR")
+        found = {name: os.path.join(folder, name) for name in sorted(os.listdir(folder))
+                 if os.path.isfile(os.path.join(folder, name, "config.json"))} if os.path.isdir(folder) else {}
+        if found:
+            return found
+    return {}
+
+
+def default_model_path(mode="ar"):
+    """The shipped model for a mode."""
+    path = shipped_models().get(DEFAULT_MODELS[mode])
+    if path is None:
+        raise UsageError(f"no model given and the shipped {DEFAULT_MODELS[mode]} model is not installed: use -m DIR")
+    return path
+
+
+def model_path(name):
+    """A model folder or GGUF file as given, or the folder of a shipped model named so."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise UsageError(f"a model is a folder, a .gguf file or a shipped model's name, got {type(name).__name__}")
+    path = os.fspath(name)
+    return path if os.path.exists(path) else shipped_models().get(path, path)
 
 
 def load(path, threads=None):
-    """Loads a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json) or a
-    GGUF file (llama.cpp's format; weights stay in their stored type: gguf.py).
+    """Loads a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json), a GGUF
+    file (llama.cpp's format; weights stay in their stored type: gguf.py) or a shipped model by
+    name (`tinydiff models` lists them: "stories5m-ar", "stories5m-mdm").
 
     threads: the model's own thread count (default: the default pool's: TINYDIFF_THREADS, else the
     physical cores, unless set_threads changed it)."""
@@ -60,7 +79,7 @@ def load(path, threads=None):
         kernels.threads_from_env()      # a bad TINYDIFF_THREADS is reported here (importing ignores it)
     else:
         kernels.check_threads(threads)  # before the minutes a big checkpoint takes to read
-    path = os.fspath(path)
+    path = model_path(path)
     if os.path.isfile(path):
         config, weights, tokenizer, stored = load_gguf(path)
         return Model(config, weights, tokenizer, path, stored, threads)
@@ -75,10 +94,6 @@ def load(path, threads=None):
         raise ModelError(f"{path}: tokenizer.json has {tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {config.vocab_size}")
     return Model(config, weights, tokenizer, path, stored_bytes(ckpt), threads)
-
-
-def _integer(x):
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def stored_bytes(ckpt):
@@ -124,7 +139,10 @@ class Model:
         """ids as int64 [n]: a non-empty flat sequence of token ids in the vocabulary."""
         if isinstance(ids, (str, bytes)):
             raise UsageError("expected token ids, got a string (use the text form of this call)")
-        ids = np.asarray(list(ids))
+        try:
+            ids = np.asarray(list(ids))
+        except TypeError:
+            raise UsageError(f"expected a list of token ids, got {type(ids).__name__}") from None
         if ids.size == 0:
             raise UsageError("the prompt is empty")
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
@@ -147,6 +165,9 @@ class Model:
         return self.tokenizer
 
     def _mask(self):
+        if self.config.causal:
+            raise UsageError(f"{self.path or 'this model'} is an autoregressive model (causal attention): it "
+                             "cannot denoise or infill; use generate() / --mode ar, or a masked-diffusion model")
         if self.mask_id is None:
             raise UsageError(f"{self.path or 'the model'} has no mask token (no mask_token_id in config.json, "
                              f"no special token {' '.join(diffusion.MASK_NAMES)}), so it cannot denoise")
@@ -155,7 +176,7 @@ class Model:
     def _fit_prompt(self, ids, max_new_tokens, truncate):
         """The prompt ids that fit the context with room for max_new_tokens, or a clear error."""
         n_ctx = self.config.max_position_embeddings
-        if not _integer(max_new_tokens):
+        if not is_integer(max_new_tokens):
             raise UsageError(f"the number of tokens to generate must be an integer, got {max_new_tokens!r}")
         if max_new_tokens < 1:
             raise UsageError(f"the number of tokens to generate must be >= 1, got {max_new_tokens}")
@@ -174,7 +195,7 @@ class Model:
         True = keep) ids whose other positions are holes."""
         n_ctx = self.config.max_position_embeddings
         if fixed is None:
-            if not _integer(gen_length) or gen_length < 1:
+            if not is_integer(gen_length) or gen_length < 1:
                 raise UsageError(f"gen_length must be an integer >= 1, got {gen_length!r}")
             if (ids == mask_id).any():
                 raise UsageError(f"the prompt contains the mask token (id {mask_id}) at position "
@@ -222,6 +243,9 @@ class Model:
         mask=CAUSAL: row i predicts the token after position i. BIDIRECTIONAL (masked diffusion):
         row i is the distribution of the token at position i, for every model (Dream's shift is
         applied here). Another mask: the plain pass under it."""
+        if not isinstance(mask, AttentionMask):
+            raise UsageError(f"mask must be a tinydiff.masks.AttentionMask (CAUSAL, BIDIRECTIONAL, "
+                             f"block_causal(b)), got {mask!r}")
         ids = self._ids(ids)
         if len(ids) > self.config.max_position_embeddings:
             raise UsageError(f"logits: {len(ids)} ids exceed the context of "
@@ -233,14 +257,14 @@ class Model:
 
     # -- autoregressive generation -----------------------------------------------------------
 
-    def generate_tokens(self, ids, max_new_tokens=128, temperature=0.8, top_k=40, top_p=0.95,
-                        min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=None,
-                        truncate=False, timings=None):
-        """Yields new ids one at a time (the last one is EOS if the model produced it)."""
+    def generate_tokens(self, ids, max_new_tokens=128, *, truncate=False, timings=None, **sampling):
+        """Yields new ids one at a time (the last one is EOS if the model produced it). sampling:
+        the fields of decoding.sampling.SamplingParams (temperature, top_k, top_p, min_p,
+        repeat_penalty, repeat_last_n, seed), llama.cpp's defaults."""
         if not self.config.causal:
-            raise UsageError("this is a masked-diffusion model (bidirectional attention): "
-                             "generate with denoise() or --mode diffusion")
-        params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
+            raise UsageError(f"{self.path or 'this model'} is a masked-diffusion model (bidirectional "
+                             "attention): generate with denoise() or --mode diffusion")
+        params = SamplingParams.of(**sampling)
         ids = self._fit_prompt(self._ids(ids).tolist(), max_new_tokens, truncate)
         return decode_tokens(self.transformer, ids, max_new_tokens, params, self.stop_ids, timings)
 

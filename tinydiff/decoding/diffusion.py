@@ -69,7 +69,7 @@ from typing import Optional
 import numpy as np
 
 from ..engine import cost, ledger
-from ..errors import UsageError
+from ..errors import UsageError, is_integer, is_number
 from .sampling import gumbel_max, restrict
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
@@ -113,14 +113,6 @@ class Denoised:
 
 # -- options -----------------------------------------------------------------------------------
 
-def _number(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _integer(x):
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
 def _option(default, flag, help, **argparse):
     """A field of Options and the command-line flag that sets it (cli.py builds its flags from these)."""
     return field(default=default, metadata=dict(flag=flag, help=help, **argparse))
@@ -157,25 +149,25 @@ class Options:
                 names = ", ".join("None" if a is None else a for a in allowed)
                 raise UsageError(f"{name} must be one of {names}; got {getattr(self, name)!r}")
         checks = [
-            (self.steps is None or _integer(self.steps) and self.steps >= 1,
+            (self.steps is None or is_integer(self.steps) and self.steps >= 1,
              f"steps must be an integer >= 1, got {self.steps!r}"),
-            (self.block_length is None or _integer(self.block_length) and self.block_length >= 1,
+            (self.block_length is None or is_integer(self.block_length) and self.block_length >= 1,
              f"block_length must be an integer >= 1, got {self.block_length!r}"),
-            (_number(self.temperature) and self.temperature >= 0,
+            (is_number(self.temperature) and self.temperature >= 0,
              f"temperature must be >= 0, got {self.temperature!r}"),
-            (_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
-            (_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}"),
-            (self.threshold is None or _number(self.threshold) and 0 < self.threshold <= 1,
+            (is_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
+            (is_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}"),
+            (self.threshold is None or is_number(self.threshold) and 0 < self.threshold <= 1,
              f"threshold must be in (0, 1], got {self.threshold!r}"),
-            (self.factor is None or _number(self.factor) and self.factor > 0,
+            (self.factor is None or is_number(self.factor) and self.factor > 0,
              f"factor must be > 0, got {self.factor!r}"),
-            (self.entropy_bound is None or _number(self.entropy_bound) and self.entropy_bound >= 0,
+            (self.entropy_bound is None or is_number(self.entropy_bound) and self.entropy_bound >= 0,
              f"entropy_bound must be >= 0, got {self.entropy_bound!r}"),
-            (_number(self.eps) and 0 < self.eps < 1, f"eps must be in (0, 1), got {self.eps!r}"),
-            (self.alg_temp is None or _number(self.alg_temp) and self.alg_temp >= 0,
+            (is_number(self.eps) and 0 < self.eps < 1, f"eps must be in (0, 1), got {self.eps!r}"),
+            (self.alg_temp is None or is_number(self.alg_temp) and self.alg_temp >= 0,
              f"alg_temp must be >= 0, got {self.alg_temp!r}"),
-            (_number(self.cfg_scale) and self.cfg_scale >= 0, f"cfg_scale must be >= 0, got {self.cfg_scale!r}"),
-            (self.seed is None or _integer(self.seed) and self.seed >= 0,
+            (is_number(self.cfg_scale) and self.cfg_scale >= 0, f"cfg_scale must be >= 0, got {self.cfg_scale!r}"),
+            (self.seed is None or is_integer(self.seed) and self.seed >= 0,
              f"seed must be an integer >= 0, got {self.seed!r}"),
         ]
         for ok, message in checks:

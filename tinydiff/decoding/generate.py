@@ -55,7 +55,7 @@ def decode_tokens(transformer, ids, max_new_tokens, params, stop_ids, timings=No
         if token in stop_ids or i == max_new_tokens - 1:
             return
         t0 = time.perf_counter()
-        logits = transformer.forward(np.array([[token]]), state, len(history) - 1, last_only=True)  # [1, V] one decode pass
+        logits = transformer.forward(np.array([[token]]), state, len(history) - 1, last_only=True)  # [1, V]
         timings.gen_tokens += 1
         timings.gen_s += time.perf_counter() - t0
 
@@ -80,6 +80,11 @@ def stream_text(tokenizer, tokens, stop_ids, stop_strings):
     piece, _, _ = _split_at_stop(pending, stops, final=True)
     if piece:
         yield piece
+
+
+def cut_at_stop(text, stop_strings):
+    """text up to the first of the stop strings (a whole text, as diffusion makes it)."""
+    return _split_at_stop(text, [s for s in stop_strings or [] if s], final=True)[0]
 
 
 def _split_at_stop(text, stops, final=False):

@@ -10,13 +10,13 @@ Autoregressive decoding (generate.py) samples one row at a time through a Sample
 are llama.cpp's (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty); masked
 diffusion (diffusion.py) calls restrict() and gumbel_max() on many rows at once.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 import numpy as np
 
 from ..engine import cost, ledger
-from ..errors import UsageError
+from ..errors import UsageError, is_integer, is_number
 
 
 @dataclass(frozen=True)
@@ -31,16 +31,30 @@ class SamplingParams:
 
     def __post_init__(self):
         checks = [
-            (self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}"),
-            (self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}"),
-            (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
-            (0 <= self.min_p <= 1, f"min_p must be in [0, 1], got {self.min_p}"),
-            (self.repeat_penalty > 0, f"repeat_penalty must be > 0, got {self.repeat_penalty}"),
-            (self.repeat_last_n >= 0, f"repeat_last_n must be >= 0, got {self.repeat_last_n}"),
+            (is_number(self.temperature) and self.temperature >= 0,
+             f"temperature must be >= 0, got {self.temperature!r}"),
+            (is_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
+            (is_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}"),
+            (is_number(self.min_p) and 0 <= self.min_p <= 1, f"min_p must be in [0, 1], got {self.min_p!r}"),
+            (is_number(self.repeat_penalty) and self.repeat_penalty > 0,
+             f"repeat_penalty must be > 0, got {self.repeat_penalty!r}"),
+            (is_integer(self.repeat_last_n) and self.repeat_last_n >= 0,
+             f"repeat_last_n must be an integer >= 0, got {self.repeat_last_n!r}"),
+            (self.seed is None or is_integer(self.seed) and self.seed >= 0,
+             f"seed must be an integer >= 0 (or None: a fresh one), got {self.seed!r}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise UsageError(message)
+
+    @classmethod
+    def of(cls, **params):
+        """SamplingParams from keywords, an unknown name being a UsageError that lists the known ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = [name for name in params if name not in known]
+        if unknown:
+            raise UsageError(f"unknown sampling option {unknown[0]!r}; known: {', '.join(known)}")
+        return cls(**params)
 
 
 class Sampler:

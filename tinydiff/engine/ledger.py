@@ -23,6 +23,8 @@ when `passes` is read (booking sits in the decode loop; reading the ledger does 
 """
 import threading
 
+from ..errors import UsageError
+
 BYTE_KINDS = ("weights", "kv_read", "kv_write", "activations")
 
 
@@ -96,12 +98,16 @@ class Ledger:
         return self._passes
 
     def __enter__(self):
+        if self in _local.stack:
+            raise UsageError("this Ledger is already open: a ledger is entered once at a time")
         if not _local.stack:
             _local.stack = []
         _local.stack.append(self)
         return self
 
     def __exit__(self, *exc):
+        if self not in _local.stack:
+            raise UsageError("this Ledger is not open in this thread: leave it once, where it was entered")
         _local.stack.remove(self)
 
     def total(self):

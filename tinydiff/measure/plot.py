@@ -212,9 +212,9 @@ def _png(r, pts, tmp):
     plt.close(fig)
 
 
-def roofline_svg(roofline, points, path):
-    """Draw roofline with points [(label, flops, bytes, seconds)] into path: SVG, or PNG when
-    path ends in .png (needs matplotlib). Written atomically."""
+def check_plot_path(path):
+    """A picture can be written at path: .svg, or .png with matplotlib, in a writable folder. Its
+    extension ('.svg' or '.png'). Called before a long measurement, so a bad path fails first."""
     ext = os.path.splitext(str(path))[1].lower()
     if ext not in (".svg", ".png"):
         raise UsageError(f"plot: {path} must end in .svg or .png")
@@ -224,6 +224,17 @@ def roofline_svg(roofline, points, path):
         except ImportError:
             raise UsageError(f"plot: {path}: PNG needs matplotlib (pip install matplotlib); "
                              "or give a .svg path") from None
+    folder = os.path.dirname(os.path.abspath(str(path)))
+    if os.path.isdir(str(path)) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UsageError(f"plot: cannot write {path}: "
+                         f"{'a folder' if os.path.isdir(str(path)) else 'no writable folder ' + folder}")
+    return ext
+
+
+def roofline_svg(roofline, points, path):
+    """Draw roofline with points [(label, flops, bytes, seconds)] into path: SVG, or PNG when
+    path ends in .png (needs matplotlib). Written atomically."""
+    if check_plot_path(path) == ".png":
         pts = _checked(points)
         _write(path, lambda tmp: _png(roofline, pts, tmp))
     else:
