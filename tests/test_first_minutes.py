@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from test_cli import HF, MODEL, assert_one_line_error, llada_dir, run  # noqa: F401 (llada_dir: a fixture)
+from test_cli import MODEL, assert_one_line_error, llada_dir, run  # noqa: F401 (llada_dir: a fixture)
 
 import tinydiff
 from tinydiff.engine.ledger import Ledger
