@@ -162,3 +162,58 @@ def test_a_ledger_is_entered_and_left_once():
             led.__enter__()
     with pytest.raises(UsageError, match="not open"):
         led.__exit__(None, None, None)
+
+
+# -- found by reading the refactor (issue 11's review) ----------------------------------------
+
+def test_cost_takes_every_denoising_flag_and_none_is_the_default_spread():
+    status, out, err = run("cost", "-m", MODEL, "-n", "8", "-t", "1", "--eos", "keep", "--steps", "4")
+    assert status == 0, err
+    assert "diffusion steps=4 eos=keep" in out
+    status, out, err = run("cost", "-m", MODEL, "-n", "8", "-t", "1", "--cache", "none")
+    assert status == 0, err
+    assert "diffusion steps=8" in out and "diffusion steps=2" in out      # the spread, as without the flag
+
+
+@pytest.mark.parametrize("bad", [2.0, True, None, "x", 10 ** 6, 0])
+def test_a_models_thread_count_is_checked_as_load_checks_it(model, bad):
+    with pytest.raises(UsageError, match="threads"):
+        model.pool.threads = bad
+
+
+def test_masks_are_checked_where_they_enter(model):
+    with pytest.raises(UsageError, match="AttentionMask"):
+        model.logits([1, 2], mask=None)
+    with pytest.raises(ValueError, match="AttentionMask"):
+        tinydiff.cost.forward(model.config, 16, 0, True)
+
+
+def test_the_public_modules_import_by_their_old_names():
+    import tinydiff.cost
+    from tinydiff.masks import BIDIRECTIONAL
+    assert tinydiff.cost.forward(tinydiff.load(MODEL).config, 4, 0, BIDIRECTIONAL)["flops"] > 0
+
+
+def test_model_of_takes_a_transformer(model):
+    assert tinydiff.Model.of(model, model.tokenizer).generate("Once", 4, temperature=0) == \
+        model.generate("Once", 4, temperature=0)
+    for bad in (None, "x"):
+        with pytest.raises(UsageError, match="Model.of takes a Transformer"):
+            tinydiff.Model.of(bad)
+
+
+def test_stop_is_a_string_or_a_list_of_them(model):
+    full = model.generate("Once upon a time", 12, temperature=0)
+    stop = full[len(full) // 2:][:2]
+    assert model.generate("Once upon a time", 12, temperature=0, stop=stop) == full[:full.index(stop)]
+    with pytest.raises(UsageError, match="stop must be"):
+        model.generate("Once", 4, stop=5)
+
+
+def test_a_row_with_no_finite_logit_is_a_model_error():
+    from tinydiff.decoding.sampling import Sampler, SamplingParams
+    from tinydiff.errors import ModelError
+    for row in (np.full(5, -np.inf, np.float32), np.array([1.0, np.nan, 2.0], np.float32)):
+        for temperature in (0.0, 1.0):
+            with pytest.raises(ModelError, match="NaN or -inf"):
+                Sampler(SamplingParams(temperature=temperature, seed=1, top_p=0.9))(row, [])

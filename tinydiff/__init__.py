@@ -4,6 +4,8 @@
     model = tinydiff.load("weights/...")
     print(model.generate("Once upon a time", max_new_tokens=64))
 """
+import sys
+
 from .engine import cost, masks
 from .engine.ledger import Ledger
 from .errors import ModelError, TinydiffError, UsageError
@@ -13,3 +15,7 @@ from .model import Model, load, set_threads
 __all__ = ["load", "Model", "Tokenizer", "Ledger", "cost", "masks", "set_threads",
            "TinydiffError", "UsageError", "ModelError"]
 __version__ = "0.1.0"
+
+# `import tinydiff.cost` and `from tinydiff.masks import CAUSAL` keep working: public names whose
+# modules now live in engine/
+sys.modules[__name__ + ".cost"], sys.modules[__name__ + ".masks"] = cost, masks

@@ -322,7 +322,7 @@ def cmd_bench(args):
         raise UsageError(f"bench: unknown shape '{unknown[0]}' (known: {', '.join(SHAPES)})")
     types = _weight_types(args.type, "bench")
     roofline = None if args.no_roofline else _roofline(args.threads)
-    models = [(path, lambda p=path: load(p)) for path in args.model or []]
+    models = [(path, lambda p=path: load(p, threads=args.threads)) for path in args.model or []]
     models += [(name, lambda n=name: random_model(n)) for name in args.shape or ([] if args.model else SHAPES)]
     results = []
     if not args.json:
@@ -377,7 +377,7 @@ def cmd_cost(args):
         from .measure.plot import check_plot_path
         check_plot_path(args.plot)                         # before minutes of measuring, not after
     paths = args.model or [default_model_path("ar"), default_model_path("diffusion")]
-    models = [load(p) for p in paths]
+    models = [load(p, threads=args.threads) for p in paths]
     ar = next((m for m in models if m.config.causal), None)
     dm = next((m for m in models if m.config.mask_token_id is not None), None)
     if ar is None and dm is None:
@@ -400,8 +400,8 @@ def cmd_cost(args):
         ids = m.encode_prompt(args.prompt)
         for setting in cost_table.diffusion_settings(args.n_predict, diffusion_options(args))[:1 if wtype else None]:
             runs.append(cost_table.measure(prefix + cost_table.describe(setting), roofline,
-                                           lambda s=setting, m=m, ids=ids: m.denoise_ids(ids, args.n_predict,
-                                                                                       eos="keep", **s)))
+                                           lambda s=setting, m=m, ids=ids: m.denoise_ids(
+                                               ids, args.n_predict, **{"eos": "keep", **s})))
     print(cost_table.table(runs, roofline))
     if args.plot:
         from .measure.plot import roofline_svg

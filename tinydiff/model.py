@@ -113,8 +113,14 @@ class Model:
 
     @classmethod
     def of(cls, transformer, tokenizer=None, path=None):
-        """A Model around a Transformer already built (or a stand-in with its config, state,
-        forward and canvas_logits: the tests drive the decoders through the API this way)."""
+        """A Model around a Transformer already built (or a stand-in with its config, weights, state
+        and the passes the decoders call: the tests drive the decoders through the API this way)."""
+        transformer = transformer.transformer if isinstance(transformer, Model) else transformer
+        missing = [a for a in ("config", "weights", "state") if not hasattr(transformer, a)]
+        if missing:
+            raise UsageError(f"Model.of takes a Transformer, got {type(transformer).__name__} (no {missing[0]})")
+        if tokenizer is not None and not hasattr(tokenizer, "encode"):
+            raise UsageError(f"Model.of: tokenizer must be a Tokenizer, got {type(tokenizer).__name__}")
         model = cls.__new__(cls)
         model._attach(transformer, tokenizer, path, None)
         return model
@@ -155,7 +161,9 @@ class Model:
 
     def encode_prompt(self, prompt):
         """The prompt's ids (the tokenizer's BOS and the like included)."""
-        if not isinstance(prompt, str) or not prompt:
+        if not isinstance(prompt, str):
+            raise UsageError(f"the prompt must be text (str), got {type(prompt).__name__}")
+        if not prompt:
             raise UsageError("the prompt is empty")
         return self._tokenizer().encode(prompt)
 
@@ -207,7 +215,7 @@ class Model:
             return canvas, np.arange(len(canvas)) < len(ids), len(ids), "gen_length"
         given = np.asarray(fixed, bool)
         if given.shape != ids.shape:
-            raise UsageError(f"fixed has {given.size} entries for {ids.size} ids")
+            raise UsageError(f"fixed has shape {given.shape} for {ids.size} ids: one bool per id")
         if given.all():
             raise UsageError("nothing to fill: every position is fixed (mark holes with the mask token)")
         if (ids[given] == mask_id).any():
@@ -273,7 +281,11 @@ class Model:
         return list(self.generate_tokens(ids, max_new_tokens, **sampling))
 
     def stream(self, prompt, max_new_tokens=128, stop=None, **sampling):
-        """Yields the completion as text pieces while it is generated."""
+        """Yields the completion as text pieces while it is generated. stop: a string or a list of
+        them; the completion ends before the first one."""
+        stop = [stop] if isinstance(stop, str) else stop
+        if stop is not None and not (isinstance(stop, (list, tuple)) and all(isinstance(s, str) for s in stop)):
+            raise UsageError(f"stop must be a string or a list of strings, got {stop!r}")
         tokens = self.generate_tokens(self.encode_prompt(prompt), max_new_tokens, **sampling)
         return stream_text(self.tokenizer, tokens, self.stop_ids, stop)
 

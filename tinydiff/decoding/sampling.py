@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from ..engine import cost, ledger
-from ..errors import UsageError, is_integer, is_number
+from ..errors import ModelError, UsageError, is_integer, is_number
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,8 @@ class Sampler:
     def __call__(self, logits, history):
         """logits [V] of the next position; history: token ids so far (prompt included)."""
         ledger.book_sampling(cost.sampling(1, len(logits)))
+        if not np.isfinite(logits.max()):       # a NaN anywhere, or nothing but -inf: a broken model
+            raise ModelError("the model gave logits that are NaN or -inf everywhere: nothing to sample from")
         logits = penalize(logits, history, self.p.repeat_penalty, self.p.repeat_last_n)
         if self.p.temperature == 0:
             return int(np.argmax(logits))

@@ -14,7 +14,7 @@ sort and similar bookkeeping are not counted as FLOPs.
 """
 import functools
 
-from .masks import CAUSAL
+from .masks import CAUSAL, AttentionMask
 
 F32 = 4
 # A decode loop books the same few shapes at every step: the per-op costs are remembered, so
@@ -139,6 +139,9 @@ def forward(config, n_new, n_past, mask, dtype_bytes=F32, n_kv=None, batch=1, al
     weights), and the embedding rows gathered (n*d weights). So a decode step is ~2*params FLOPs
     against params*dtype_bytes bytes: about 0.5 FLOP per byte in f32, far below any CPU's balance.
     """
+    if not isinstance(mask, AttentionMask):
+        raise ValueError(f"cost.forward: mask must be a masks.AttentionMask (CAUSAL, BIDIRECTIONAL, "
+                         f"block_causal(b)), got {mask!r}")
     c = config
     d, V, H, KVH, hd = c.hidden_size, c.vocab_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
     n = batch * n_new

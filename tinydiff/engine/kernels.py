@@ -25,7 +25,7 @@ import threading
 import numpy as np
 
 from .._kernels import ffi, lib
-from ..errors import UsageError
+from ..errors import UsageError, is_integer
 from ..formats import quant
 from . import cost, ledger
 from .masks import CAUSAL, AttentionMask
@@ -50,7 +50,7 @@ _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF
 
 def _count(n):
     """n as an int, if it is a whole number of threads C can have (1..TD_MAX_THREADS)."""
-    if int(n) != n or not 1 <= n <= lib.TD_MAX_THREADS:
+    if not is_integer(n) or not 1 <= n <= lib.TD_MAX_THREADS:
         raise UsageError(f"threads must be a whole number from 1 to {lib.TD_MAX_THREADS}, got {n!r}")
     return int(n)
 
@@ -102,7 +102,8 @@ class ThreadPool:
 
     @threads.setter
     def threads(self, n):
-        lib.td_pool_set_threads(self._c, _count(n))
+        """A model's count, as load(threads=) takes it: 1 .. the machine's physical cores."""
+        lib.td_pool_set_threads(self._c, check_threads(n))
 
     def __enter__(self):
         self._outer.__dict__.setdefault("stack", []).append(lib.td_pool_use(self._c))

@@ -54,8 +54,9 @@ def stored_as(model, weight_type):
 def diffusion_settings(n, options):
     """The user's one setting (denoising keywords), or a spread from one-token-per-step to cached
     threshold decoding."""
-    if options:
-        return [dict(options)]
+    given = {name: value for name, value in options.items() if value is not None}
+    if given:
+        return [given]
     block = 32 if n % 32 == 0 and n > 32 else None
     quarter = max(1, n // 4) if block is None or (n // 4) % (n // block) == 0 else n // block
     settings = [dict(steps=n), dict(steps=quarter)]
