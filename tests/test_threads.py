@@ -109,8 +109,20 @@ def task_count():
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def settled_task_count():
+    """The thread count once the pools of earlier tests' garbage are freed (their workers joined)."""
+    gc.collect()
+    count, deadline = task_count(), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if task_count() == count:
+            return count
+        count = task_count()
+    return count
+
+
 def test_idle_pools_are_freed_with_their_workers():
-    before = task_count()
+    before = settled_task_count()
     pools = [K.ThreadPool(3), K.ThreadPool(2)]
     x = np.ones((64, 512), np.float32)
     for pool in pools:
