@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tinydiff
-from tinydiff.engine.masks import BIDIRECTIONAL
+from tinydiff.engine.masks import BIDIRECTIONAL, block_causal
 from tinydiff.engine.weights import HF_NAMES, LLADA_NAMES
 from tinydiff.errors import ModelError
 from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
@@ -31,6 +31,18 @@ def test_bidirectional_logits_match_transformers_without_its_causal_mask(name):
     expected = np.load(os.path.join(HF, name, ref["bidirectional_logits_file"]), allow_pickle=False)
     got = tinydiff.load(os.path.join(HF, name)).logits(ref["input_ids"][0], mask=BIDIRECTIONAL)
     assert np.abs(got - expected).max() <= 1e-3 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-bias", "llama-tied-headdim"])
+def test_block_causal_logits_match_transformers_with_a_4d_block_mask(name):
+    """Blocks of 5 over 16 ids (the last block cut short): query i sees key j iff j // 5 <= i // 5,
+    as a 4D boolean attention mask tells transformers (fixtures/make_reference.py)."""
+    ref = reference(name)
+    expected = np.load(os.path.join(HF, name, ref["block_causal_logits_file"]), allow_pickle=False)
+    got = tinydiff.load(os.path.join(HF, name)).logits(ref["input_ids"][0], mask=block_causal(ref["block_size"]))
+    assert np.abs(got - expected).max() <= 1e-4
+    causal = np.load(os.path.join(HF, name, ref["logits_files"][0]), allow_pickle=False)
+    assert np.abs(expected - causal).max() > 1e-2           # the mask matters: not the causal logits
 
 
 def rename_to_llada(hf_key, n_layers):
