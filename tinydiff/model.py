@@ -229,14 +229,15 @@ class Model:
     def _check_plan(n, o, what):
         """The steps and block length of options o fit n holes (`what` names the count)."""
         steps = n if o.steps is None else o.steps
-        block_length = n if o.block_length is None else o.block_length
+        name = "block_size" if o.block_size is not None else "block_length"
+        block_length = o.block_size or o.block_length or n
         if steps > n:
             raise UsageError(f"steps={steps} is more than {what}={n}: at most one step per token")
         if n % block_length:
-            raise UsageError(f"block_length={block_length} does not divide {what}={n}")
+            raise UsageError(f"{name}={block_length} does not divide {what}={n}")
         if steps % (n // block_length):
             raise UsageError(f"steps={steps} is not a multiple of the {n // block_length} blocks "
-                             f"({what}={n} / block_length={block_length}); each block gets steps / blocks")
+                             f"({what}={n} / {name}={block_length}); each block gets steps / blocks")
 
     def _text(self, ids):
         """The text of generated ids, up to the first EOS."""
@@ -303,6 +304,9 @@ class Model:
         if fixed is not None and o.eos == "stop":
             raise UsageError("eos='stop' ends a continuation; an infill has given text after its holes "
                              "(use eos='suppress' or 'keep')")
+        if fixed is not None and o.block_size is not None:
+            raise UsageError("block_size decodes a continuation block by block; an infill has given text after "
+                             "its holes (use block_length)")
         self._check_plan(int((~given).sum()), o, what)
         return diffusion.denoise_steps(self.transformer, canvas, given, start, o, mask_id, self.stop_ids)
 

@@ -42,6 +42,13 @@ top-p first restrict the token set, in tinydiff.decoding.sampling's order. The m
 cfg_scale > 0 is classifier-free guidance: a second canvas row with the prompt replaced by masks
 runs in the same forward pass (batch of 2), and logits = un + (cfg_scale + 1) * (cond - un).
 
+block_size (block diffusion: BD3-LM, SDAR, Fast-dLLM v2): the prompt is prefilled causally into the
+KV cache; the generated positions are taken block_size at a time, each block starting all-masked and
+denoised by the rules above while it attends to the cached blocks before it and to itself only (never
+to a later block); once committed, one more pass writes its clean K/V into the cache, and no committed
+position is ever recomputed. With block_size 1 and one step per block, a model whose row i predicts
+position i+1 decodes exactly as greedy autoregressive decoding does.
+
 cache (Fast-dLLM): None recomputes the whole canvas every step. "prefix": a block's first step is a
 full pass (it refreshes every K/V slot), later steps recompute the block and everything after it and
 read the K/V before the block from the cache. "dual": later steps recompute only the block. Both are
@@ -69,6 +76,7 @@ from typing import Optional
 import numpy as np
 
 from ..engine import cost, ledger
+from ..engine.masks import BIDIRECTIONAL
 from ..errors import UsageError, is_integer, is_number
 from .sampling import gumbel_max, restrict
 
@@ -125,6 +133,8 @@ class Options:
     steps: Optional[int] = _option(None, "--steps", "denoising steps (default: one per token)", type=int)
     block_length: Optional[int] = _option(None, "--block", "block length, semi-autoregressive (default: one block)",
                                           type=int)
+    block_size: Optional[int] = _option(None, "--block-size", "block diffusion: attention causal across blocks of "
+                                        "N, bidirectional inside one, committed blocks cached exactly", type=int)
     remasking: str = _option("low_confidence", "--remask", "which positions a step commits first",
                              choices=REMASKING)
     temperature: float = 0.0
@@ -153,6 +163,8 @@ class Options:
              f"steps must be an integer >= 1, got {self.steps!r}"),
             (self.block_length is None or is_integer(self.block_length) and self.block_length >= 1,
              f"block_length must be an integer >= 1, got {self.block_length!r}"),
+            (self.block_size is None or is_integer(self.block_size) and self.block_size >= 1,
+             f"block_size must be an integer >= 1, got {self.block_size!r}"),
             (is_number(self.temperature) and self.temperature >= 0,
              f"temperature must be >= 0, got {self.temperature!r}"),
             (is_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
@@ -181,6 +193,9 @@ class Options:
                              f"it cannot be combined with {rules[0]}")
         if rules and self.alg_temp:
             raise UsageError(f"alg_temp draws a fixed count of positions; it cannot be combined with {rules[0]}")
+        if self.block_size is not None and (self.block_length is not None or self.cache is not None):
+            raise UsageError(f"block_size makes the blocks and caches them exactly; it cannot be combined with "
+                             f"{'block_length' if self.block_length is not None else 'cache'}")
         if (self.threshold is not None or self.factor is not None) and self.remasking == "entropy":
             raise UsageError(f"{rules[0]} compares a confidence in [0, 1]; remasking='entropy' scores -entropy "
                              "(use entropy_bound, or remasking='low_confidence' or 'margin')")
@@ -234,7 +249,7 @@ def denoise_steps(transformer, canvas, given, start, options, mask_id, stop_ids)
     canvas position `start`. options: an Options whose steps and block_length fit the holes
     (Model checks them). stop_ids: the EOS ids."""
     o = options
-    holes = plan(np.flatnonzero(~given), o.steps, o.block_length)
+    holes = plan(np.flatnonzero(~given), o.steps, o.block_size or o.block_length)
     return _denoise(transformer, canvas, given, start, holes, o, mask_id, np.asarray(sorted(stop_ids), np.int64))
 
 
@@ -246,15 +261,20 @@ def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
     if o.cfg_scale:                                                  # row 1: nothing given, the unconditional input
         x = np.stack([canvas, np.where(given, mask_id, canvas)])
     state = transformer.state(L, batch=len(x))
+    exact = o.block_size is not None                                 # block diffusion: an exact KV cache
     passes, commits, saved, t_run = 0, [], 0, time.perf_counter()
+    if exact:                                                        # the prompt, causally, into the cache
+        last = transformer.forward(x[:, :start], state, 0, last_only=True)   # [B, V] its last row
+        passes += 1
 
     for b, block in enumerate(plan.blocks):
         lo, hi = int(block[0]), int(block[-1]) + 1
         counts = _uniform_counts(len(block), plan.steps_per_block)
         for s in range(plan.steps_per_block):
             t_step = time.perf_counter()
-            span = _span(o.cache, s, lo, hi, L)
-            logits = transformer.canvas_logits(x, state, *span)      # [B, span, V]
+            span = (lo, hi) if exact else _span(o.cache, s, lo, hi, L)
+            logits = (_block_logits(transformer, x, state, lo, hi, last) if exact
+                      else transformer.canvas_logits(x, state, *span))  # [B, span, V]
             passes += 1
             todo = block[x[0, block] == mask_id]                     # [m] masked positions of the block
             tokens, conf, entropy = _predict(logits[:, todo - span[0]], o, rng, banned)
@@ -266,6 +286,9 @@ def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
                        time.perf_counter() - t_step)
             if len(pick) == len(todo):
                 break
+        if exact:                                                    # the clean block's K/V, once
+            last = transformer.forward(x[:, lo:hi], state, lo, kv_len=hi, mask=BIDIRECTIONAL, last_only=True)
+            passes += 1
         if o.eos == "stop" and _stop_at_eos(x, block, plan.blocks, stop_ids):
             saved = (len(plan.blocks) - b - 1) * plan.steps_per_block
             break
@@ -275,6 +298,18 @@ def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
         hits = np.flatnonzero(np.isin(out, stop_ids))
         out = out[:hits[0] + 1] if len(hits) else out
     yield Denoised(out.tolist(), x[0].copy(), passes, saved, commits, time.perf_counter() - t_run)
+
+
+def _block_logits(transformer, x, state, lo, hi, last):
+    """Block diffusion: the distributions [B, hi-lo, V] of block lo..hi-1, which sees the cached
+    clean blocks before it and itself (kv_len = hi), never a later block. For a model whose row i
+    predicts position i+1 (Dream's shift, an AR model read as one) position lo's comes from `last`,
+    the last row of the pass that cached the clean prefix, so no clean position is recomputed."""
+    B = len(x)
+    rows = transformer.forward(x[:, lo:hi], state, lo, kv_len=hi, mask=BIDIRECTIONAL).reshape(B, hi - lo, -1)
+    if transformer.config.shifted_logits:
+        rows = np.concatenate([last[:, None], rows[:, :-1]], axis=1)
+    return rows
 
 
 def _span(cache, s, lo, hi, L):

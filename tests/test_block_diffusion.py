@@ -1,0 +1,75 @@
+"""Block diffusion (issue 13): the prompt prefilled causally, then blocks denoised one after the
+other, each attending to the cached blocks before it and to itself, its clean K/V cached once."""
+import dataclasses
+import os
+
+import pytest
+
+import tinydiff
+from tinydiff.errors import UsageError
+
+MODEL = os.path.join(os.path.dirname(__file__), "fixtures", "hf", "llama-gqa")
+
+
+@pytest.fixture(scope="module")
+def ar():
+    return tinydiff.load(MODEL)
+
+
+def as_block_model(ar, shifted=True, mask=319):
+    """The AR weights read as a diffusion model: row i predicts position i+1 (shifted, as the AR
+    model does), mask = an id the fixture's greedy runs never produce."""
+    cfg = dataclasses.replace(ar.config, causal=False, shifted_logits=shifted, mask_token_id=mask)
+    return tinydiff.Model(cfg, ar.weights, ar.tokenizer)
+
+
+def test_block_size_one_with_one_step_a_block_is_greedy_autoregressive_decoding(ar):
+    prompt = ar.tokenizer.encode("Once upon a time, there was a")
+    want = ar.generate_ids(prompt, 16, temperature=0)
+    assert 319 not in want and len(want) == 16
+    got = as_block_model(ar).denoise_ids(prompt, 16, block_size=1, steps=16, eos="keep")
+    assert got == want
+
+
+def test_a_block_never_sees_a_later_one(ar):
+    """Committed blocks do not depend on how many blocks follow (a full-canvas sampler's do)."""
+    m, prompt = as_block_model(ar), ar.tokenizer.encode("Once upon a time")
+    short = m.denoise_ids(prompt, 8, block_size=4, steps=8, eos="keep")
+    long = m.denoise_ids(prompt, 16, block_size=4, steps=16, eos="keep")
+    assert long[:8] == short
+    canvas_short = m.denoise_ids(prompt, 8, steps=8, eos="keep")
+    canvas_long = m.denoise_ids(prompt, 16, steps=16, eos="keep")
+    assert canvas_long[:8] != canvas_short                    # the whole canvas sees every mask
+
+
+@pytest.mark.parametrize("shifted", [True, False])
+def test_each_step_recomputes_its_block_only_and_each_block_is_cached_once(ar, shifted):
+    m, prompt = as_block_model(ar, shifted), ar.tokenizer.encode("Once upon a time")
+    P = len(prompt)
+    items = list(m.denoise_steps(prompt, 12, block_size=4, steps=6, eos="keep"))
+    steps, out = items[:-1], items[-1]
+    assert [s.span for s in steps] == [(P + 4 * (i // 2), P + 4 * (i // 2) + 4) for i in range(6)]
+    assert out.passes == 1 + 6 + 3                            # the prompt, the steps, a clean pass a block
+    assert sum(out.commits) == 12 and 319 not in out.ids
+
+
+def test_cfg_runs_both_rows_through_the_block_cache(ar):
+    m, prompt = as_block_model(ar), ar.tokenizer.encode("Once upon a time")
+    out = m.denoise_result(prompt, 8, block_size=4, steps=8, cfg_scale=1.0, eos="keep")
+    assert len(out.ids) == 8 and 319 not in out.ids
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(block_size=0), "block_size must be"), (dict(block_size=1.5), "block_size must be"),
+    (dict(block_size=3), "block_size=3 does not divide gen_length=8"),
+    (dict(block_size=4, block_length=4), "cannot be combined with block_length"),
+    (dict(block_size=4, cache="dual"), "cannot be combined with cache"),
+])
+def test_bad_block_sizes_are_usage_errors(ar, kwargs, words):
+    with pytest.raises(UsageError, match=words):
+        as_block_model(ar).denoise_ids([5, 6, 7], 8, **kwargs)
+
+
+def test_block_size_refuses_an_infill(ar):
+    with pytest.raises(UsageError, match="block_size decodes a continuation"):
+        as_block_model(ar).infill([5, 319, 319, 7], block_size=1)
