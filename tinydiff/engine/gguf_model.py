@@ -16,8 +16,8 @@ Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.p
     are written as architecture "llama" with llama.attention.causal = false and
     tokenizer.ggml.mask_token_id: llama.cpp's own keys for those two facts (its LLaDA converter
     writes them), rather than tinydiff-only keys, so the file says what the model is to any reader.
-  - Loading refuses a tensor it would not use (rope_freqs.weight, ...): ignoring one would run a
-    different model.
+  - Loading refuses a tensor it would not use (rope_freqs.weight, ...; weights.load_weights):
+    ignoring one would run a different model.
 """
 import math
 from collections import namedtuple
@@ -45,10 +45,6 @@ def load_gguf(path):
     f = open_gguf(path)
     config = config_from_gguf(f)
     weights = load_weights(config, f, GGUF_NAMES)
-    unused = [name for name in f.names if name not in f.used]
-    if unused:   # rope_freqs.weight (Llama 3.1's RoPE scaling), a bias we do not add, ...
-        fail(path, f"tensor {show(unused[0])} is not part of a {config.model_type} model as tinydiff runs it"
-                    f"{f' (nor are {len(unused) - 1} more)' if len(unused) > 1 else ''}")
     if ARCHITECTURES[config.model_type].permuted:   # back to HF's row order, which our RoPE expects
         H, KVH = config.num_attention_heads, config.num_key_value_heads
         for lw in weights.layers:
