@@ -1,9 +1,15 @@
+import dataclasses
 import json
+import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tinydiff.convert import convert
 from tinydiff.engine.config import config_from_dict, load_config
 from tinydiff.errors import ModelError
+from tinydiff.model import Model, load
 
 BASE = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, intermediate_size=128, vocab_size=300, max_position_embeddings=256)
@@ -74,3 +80,72 @@ def test_missing_field_and_bad_files(tmp_path):
         load_config(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(BASE))
     assert load_config(tmp_path).hidden_size == 64
+
+
+# --- numbers that make every logit NaN, ids outside the vocabulary ----------------------------
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(rms_norm_eps=-1), "rms_norm_eps"),
+    (dict(rms_norm_eps=float("nan")), "rms_norm_eps"),
+    (dict(rms_norm_eps=float("inf")), "rms_norm_eps"),
+    (dict(rms_norm_eps=10**400), "rms_norm_eps"),
+    (dict(rope_theta=0), "rope_theta"),
+    (dict(rope_theta=-10000.0), "rope_theta"),
+    (dict(rope_theta=float("nan")), "rope_theta"),
+    (dict(rope_theta=float("inf")), "rope_theta"),
+    (dict(rope_theta=10**400), "rope_theta"),
+    (dict(rope_parameters={"rope_theta": float("nan")}), "rope_theta"),
+])
+def test_numbers_that_would_make_logits_nan_are_refused(kw, field):
+    with pytest.raises(ModelError, match=field):
+        cfg(**kw)
+
+
+@pytest.mark.parametrize("kw, key", [
+    (dict(bos_token_id=300), "bos_token_id"),
+    (dict(eos_token_id=[5, 300]), "eos_token_id"),
+    (dict(eos_token_id=-1), "eos_token_id"),
+    (dict(mask_token_id=300), "mask_token_id"),
+    (dict(mask_token_id=-5), "mask_token_id"),
+])
+def test_special_ids_outside_the_vocabulary_are_refused_at_load(kw, key):
+    """Before: the model loaded, and denoising or stopping failed later with a UsageError."""
+    with pytest.raises(ModelError, match=f"'{key}' is -?\\d+, outside the vocabulary"):
+        cfg(**kw)
+    assert cfg(**{key: 299}).vocab_size == 300     # the last id is inside
+
+
+# --- config.json against the weights ------------------------------------------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hf" / "llama-gqa"
+
+
+def edited_model(tmp_path, **changes):
+    """A copy of the llama-gqa fixture whose config.json has these changes."""
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURE, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    return folder
+
+
+def test_a_config_with_fewer_layers_than_the_file_is_refused(tmp_path):
+    """Before: num_hidden_layers 2 -> 1 ran the first layer alone, a different model."""
+    folder = edited_model(tmp_path, num_hidden_layers=1)
+    with pytest.raises(ModelError, match=r"model\.layers\.1\..* is not part of a llama model as tinydiff runs it \(nor are 8 more\)"):
+        load(folder)
+    with pytest.raises(ModelError, match=r"model\.layers\.1\."):
+        convert(folder, tmp_path / "out.gguf")
+    assert not (tmp_path / "out.gguf").exists()
+
+
+def test_a_tied_config_uses_the_embedding_as_transformers_does(tmp_path):
+    """tie_word_embeddings with an lm_head.weight in the file: transformers ties the head to the
+    embedding (tie_weights overwrites the stored head), so the logits are the embedding's."""
+    tied = load(edited_model(tmp_path, tie_word_embeddings=True))
+    assert tied.weights.lm_head is tied.weights.embed_tokens
+    untied = load(FIXTURE)
+    assert not np.array_equal(untied.weights.lm_head, untied.weights.embed_tokens)
+    by_hand = Model(untied.config, dataclasses.replace(untied.weights, lm_head=untied.weights.embed_tokens),
+                    untied.tokenizer)
+    assert np.array_equal(tied.logits([1, 5, 9]), by_hand.logits([1, 5, 9]))

@@ -8,11 +8,13 @@ scaling type, sliding-window attention in use, another activation) is an error n
 never a silently different model.
 """
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import ModelError
+from ..formats.files import show
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "llada", "Dream")
 
@@ -58,8 +60,12 @@ def load_config(path):
             raw = json.load(f)
     except FileNotFoundError:
         raise ModelError(f"{path}: file not found") from None
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ModelError(f"{path}: JSON nested too deeply") from None
     if not isinstance(raw, dict):
         raise ModelError(f"{path}: not a JSON object")
     return config_from_dict(raw, where=path)
@@ -75,9 +81,9 @@ def config_from_dict(raw, where="config.json"):
                 raise ModelError(f"{where}: missing field '{key}'")
             return None
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            value = _as_float(value, key, where)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ModelError(f"{where}: field '{key}' should be {kind.__name__}, got {value!r}")
+            raise ModelError(f"{where}: field '{key}' should be {kind.__name__}, got {show(repr(value))}")
         return value
 
     model_type = get("model_type", str, required=True)
@@ -108,7 +114,7 @@ def config_from_dict(raw, where="config.json"):
         vocab_size=get("vocab_size", int, required=True),
         max_position_embeddings=get("max_position_embeddings", int, 2048),
         rope_theta=_rope_theta(raw, where),
-        rms_norm_eps=get("rms_norm_eps", float, 1e-6),
+        rms_norm_eps=_rms_norm_eps(get("rms_norm_eps", float, 1e-6), where),
         tie_word_embeddings=get("tie_word_embeddings", bool, False),
         qkv_bias=model_type in ("qwen2", "Dream") or bool(raw.get("attention_bias", False)),
         o_bias=model_type == "llama" and bool(raw.get("attention_bias", False)),
@@ -120,7 +126,18 @@ def config_from_dict(raw, where="config.json"):
         dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
     )
     check_shapes(cfg, where)
+    _check_token_ids(cfg, where)
     return cfg
+
+
+def _check_token_ids(cfg, where):
+    """Special ids inside the vocabulary: one outside would fail only later, blaming the caller."""
+    V = cfg.vocab_size
+    for key, ids in (("bos_token_id", [cfg.bos_token_id]), ("eos_token_id", cfg.eos_token_ids),
+                     ("mask_token_id", [cfg.mask_token_id])):
+        bad = next((i for i in ids if i is not None and not 0 <= i < V), None)
+        if bad is not None:
+            raise ModelError(f"{where}: field '{key}' is {bad}, outside the vocabulary (0..{V - 1})")
 
 
 def _llada_as_hf(raw, where):
@@ -154,16 +171,34 @@ def _rope_theta(raw, where):
         if kind != "default":
             raise ModelError(f"{where}: {field}.rope_type '{kind}' not supported (only default RoPE)")
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise ModelError(f"{where}: rope_theta should be a positive number, got {show(repr(theta))}")
+    theta = _as_float(theta, "rope_theta", where)
+    if not (math.isfinite(theta) and theta > 0):   # 0, negative or NaN: every logit NaN; inf: no rotation
         raise ModelError(f"{where}: rope_theta should be a positive number, got {theta!r}")
-    return float(theta)
+    return theta
+
+
+def _as_float(value, key, where):
+    """A JSON number as a float; an integer too big for one (1e400 spelled out) is an error."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ModelError(f"{where}: field '{key}' is too large a number") from None
+
+
+def _rms_norm_eps(eps, where):
+    """RMSNorm divides by sqrt(mean(x^2) + eps): a negative, NaN or infinite eps makes logits NaN."""
+    if not (math.isfinite(eps) and eps >= 0):
+        raise ModelError(f"{where}: rms_norm_eps should be a finite number >= 0, got {eps!r}")
+    return eps
 
 
 def _check_sliding_window(raw, model_type, where):
     window = raw.get("sliding_window")
     in_use = window is not None and (model_type == "mistral" or raw.get("use_sliding_window", False))
     max_pos = raw.get("max_position_embeddings", 2048)
-    if in_use and isinstance(window, int) and window < max_pos:
+    if in_use and isinstance(window, int) and isinstance(max_pos, int) and window < max_pos:
         raise ModelError(f"{where}: sliding_window={window} is in use (< max_position_embeddings="
                          f"{max_pos}); sliding-window attention is not implemented")
 
