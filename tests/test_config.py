@@ -149,3 +149,11 @@ def test_a_tied_config_uses_the_embedding_as_transformers_does(tmp_path):
     by_hand = Model(untied.config, dataclasses.replace(untied.weights, lm_head=untied.weights.embed_tokens),
                     untied.tokenizer)
     assert np.array_equal(tied.logits([1, 5, 9]), by_hand.logits([1, 5, 9]))
+
+
+@pytest.mark.parametrize("key", ["model_type", "hidden_act", "rope_scaling"])
+def test_a_name_from_the_file_is_shown_on_one_line(key):
+    value = {"type": "a\nb"} if key == "rope_scaling" else "a\nb"
+    with pytest.raises(ModelError) as err:
+        cfg(**{key: value})
+    assert "\n" not in str(err.value) and "'a\\nb'" in str(err.value)

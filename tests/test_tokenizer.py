@@ -313,7 +313,7 @@ def _paths(obj, path=()):
 
 SPECS = {name: spec(name) for name in ("gpt2", "llama3", "qwen2", "legacy")}
 PATHS = [(name, path) for name, obj in SPECS.items() for path, _ in _paths(obj) if path]
-WRONG = [None, 0, -1, 2**64, 1.5, True, "", "x", [], [1, "a"], {}, {"type": "ByteLevel"}]
+WRONG = [None, 0, -1, 2**64, 1.5, True, "", "x", "a\nb", [], [1, "a"], {}, {"type": "ByteLevel"}]
 PYTHON_WORDS = ("NoneType", "has no attribute", "subscriptable", "not iterable", "unhashable",
                 "object of type", "argument", "index out of range", "invalid literal")
 

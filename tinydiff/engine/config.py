@@ -83,18 +83,18 @@ def config_from_dict(raw, where="config.json"):
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = _as_float(value, key, where)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ModelError(f"{where}: field '{key}' should be {kind.__name__}, got {show(repr(value))}")
+            raise ModelError(f"{where}: field '{key}' should be {kind.__name__}, got {_quote(value)}")
         return value
 
     model_type = get("model_type", str, required=True)
     if model_type == "llada":
         raw = _llada_as_hf(raw, where)
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ModelError(f"{where}: model_type '{model_type}' not supported "
+        raise ModelError(f"{where}: model_type {_quote(model_type)} not supported "
                          f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
     act = raw.get("hidden_act", "silu")
     if act != "silu":
-        raise ModelError(f"{where}: hidden_act '{act}' not supported (only silu)")
+        raise ModelError(f"{where}: hidden_act {_quote(act)} not supported (only silu)")
     if raw.get("mlp_bias"):
         raise ModelError(f"{where}: mlp_bias true not supported")
     _check_sliding_window(raw, model_type, where)
@@ -147,9 +147,9 @@ def _llada_as_hf(raw, where):
     if unsupported:
         raise ModelError(f"{where}: {unsupported[0]} true is not supported (LLaDA's Llama block only)")
     if raw.get("activation_type", "silu") != "silu":
-        raise ModelError(f"{where}: activation_type '{raw['activation_type']}' not supported (only silu)")
+        raise ModelError(f"{where}: activation_type {_quote(raw['activation_type'])} not supported (only silu)")
     if raw.get("layer_norm_type", "rms") != "rms":
-        raise ModelError(f"{where}: layer_norm_type '{raw['layer_norm_type']}' not supported (only rms)")
+        raise ModelError(f"{where}: layer_norm_type {_quote(raw['layer_norm_type'])} not supported (only rms)")
     renamed = dict(hidden_size="d_model", num_hidden_layers="n_layers", num_attention_heads="n_heads",
                    num_key_value_heads="n_kv_heads", intermediate_size="mlp_hidden_size",
                    max_position_embeddings="max_sequence_length", tie_word_embeddings="weight_tying",
@@ -169,14 +169,19 @@ def _rope_theta(raw, where):
     for field, block in (("rope_parameters", params), ("rope_scaling", scaling)):
         kind = block.get("rope_type", block.get("type", "default"))
         if kind != "default":
-            raise ModelError(f"{where}: {field}.rope_type '{kind}' not supported (only default RoPE)")
+            raise ModelError(f"{where}: {field}.rope_type {_quote(kind)} not supported (only default RoPE)")
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)):
-        raise ModelError(f"{where}: rope_theta should be a positive number, got {show(repr(theta))}")
+        raise ModelError(f"{where}: rope_theta should be a positive number, got {_quote(theta)}")
     theta = _as_float(theta, "rope_theta", where)
     if not (math.isfinite(theta) and theta > 0):   # 0, negative or NaN: every logit NaN; inf: no rotation
         raise ModelError(f"{where}: rope_theta should be a positive number, got {theta!r}")
     return theta
+
+
+def _quote(value):
+    """A value from the file as messages show it: repr (one line, quoted), cut if long."""
+    return show(repr(value))
 
 
 def _as_float(value, key, where):
@@ -209,7 +214,7 @@ def _token_ids(raw, key, where):
     values = value if isinstance(value, list) else [] if value is None else [value]
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ModelError(f"{where}: field '{key}' should be an integer or a list of them, got {value!r}")
+            raise ModelError(f"{where}: field '{key}' should be an integer or a list of them, got {_quote(value)}")
     return tuple(values)
 
 

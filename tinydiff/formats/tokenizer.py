@@ -161,7 +161,7 @@ def _normalizer(spec, field):
         return lambda text: unicodedata.normalize(kind, text)
     if kind == "Lowercase":
         return _lowercase
-    raise _Unsupported(f"normalizer {kind}")
+    raise _Unsupported(f"normalizer {_quote(kind)}")
 
 
 def _lowercase(text):
@@ -191,7 +191,7 @@ def _pre_tokenizers(spec, field):
     if kind == "Digits":  # Rust's char::is_numeric is \p{N}
         each = _get(spec, "individual_digits", bool, field, False)
         return [Split(compile_regex(r"\p{N}"), "Isolated" if each else "Contiguous")]
-    raise _Unsupported(f"pre_tokenizer {kind}")
+    raise _Unsupported(f"pre_tokenizer {_quote(kind)}")
 
 
 def _escape_literal(text):
@@ -228,7 +228,7 @@ def _post_processor(spec, field):
             pre, suf = _post_processor(step, name)
             prefix, suffix = pre + prefix, suffix + suf
         return prefix, suffix
-    raise _Unsupported(f"post_processor {kind}")
+    raise _Unsupported(f"post_processor {_quote(kind)}")
 
 
 def _token_pair(spec, key, field):
@@ -242,17 +242,17 @@ def _token_pair(spec, key, field):
 def _check_decoder(spec):
     kind = _get(_check(spec, dict, "decoder"), "type", str, "decoder") if spec is not None else None
     if kind != "ByteLevel":
-        raise _Unsupported(f"decoder {kind} (need ByteLevel)")
+        raise _Unsupported(f"decoder {_quote(kind)} (need ByteLevel)")
 
 
 def _bpe_tables(model):
     """vocab (str -> id) and merges ((id, id) -> (rank, merged id)) of a BPE model."""
     kind = _get(model, "type", str, "model", "BPE")
     if kind != "BPE":
-        raise _Unsupported(f"model type {kind} (only byte-level BPE)")
+        raise _Unsupported(f"model type {_quote(kind)} (only byte-level BPE)")
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if _get(model, key, str, "model", ""):
-            raise _Unsupported(f"BPE {key} {model[key]!r}")
+            raise _Unsupported(f"BPE {key} {_quote(model[key])}")
     if _get(model, "byte_fallback", bool, "model", False):
         raise _Unsupported("BPE byte_fallback")
     if _get(model, "dropout", float, "model", 0):
@@ -475,12 +475,12 @@ class Tokenizer:
             return value
 
         if get("model", str, "") != "gpt2":
-            raise ModelError(f"{where}: {key}model {meta.get(key + 'model')!r} not supported "
+            raise ModelError(f"{where}: {key}model {_quote(meta.get(key + 'model'))} not supported "
                              "(only 'gpt2', a byte-level BPE)")
         pre = get("pre", str, "default")
         pre = "gpt-2" if pre == "default" else pre
         if pre not in GGUF_PRE:
-            raise ModelError(f"{where}: {key}pre {pre!r} not supported (supported: {', '.join(GGUF_PRE)})")
+            raise ModelError(f"{where}: {key}pre {_quote(pre)} not supported (supported: {', '.join(GGUF_PRE)})")
         tokens = get("tokens", list)
         types = get("token_type", list, [NORMAL] * len(tokens))
         if len(types) != len(tokens):
@@ -514,7 +514,7 @@ class Tokenizer:
         for e in self.added_entries:
             flags = [k for k in ("lstrip", "rstrip", "single_word") if e.get(k)]
             if flags or (e.get("normalized") and self.normalize):
-                raise ModelError(f"{where}: added token {e['content']!r} is {(flags or ['normalized'])[0]}, "
+                raise ModelError(f"{where}: added token {_quote(e['content'])} is {(flags or ['normalized'])[0]}, "
                                  "which GGUF cannot carry")
         if self.fuse_unk:
             raise ModelError(f"{where}: BPE fuse_unk cannot be carried by GGUF")
@@ -528,7 +528,7 @@ class Tokenizer:
         pairs = [(by_id[a], by_id[b]) for (a, b), _ in sorted(self.merges.items(), key=lambda m: m[1][0])]
         spaced = next((p for p in pairs if " " in p[0] + p[1]), None)
         if spaced:   # GGUF spells a merge "a b": a space inside a token would make it ambiguous
-            raise ModelError(f"{where}: the merge {spaced!r} has a space inside a token, which GGUF cannot spell")
+            raise ModelError(f"{where}: the merge {_quote(spaced)} has a space inside a token, which GGUF cannot spell")
         merges = [f"{a} {b}" for a, b in pairs]
         meta = {"tokenizer.ggml.model": ("string", "gpt2"), "tokenizer.ggml.pre": ("string", self.pre_name),
                 "tokenizer.ggml.tokens": ("array[string]", tokens),
