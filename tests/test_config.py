@@ -95,6 +95,9 @@ def test_missing_field_and_bad_files(tmp_path):
     (dict(rope_theta=float("inf")), "rope_theta"),
     (dict(rope_theta=10**400), "rope_theta"),
     (dict(rope_parameters={"rope_theta": float("nan")}), "rope_theta"),
+    (dict(rope_theta=1e-300), "rope_theta"),       # 0 as a float32
+    (dict(rope_theta=1e39), "rope_theta"),         # inf as a float32
+    (dict(rms_norm_eps=1e39), "rms_norm_eps"),
 ])
 def test_numbers_that_would_make_logits_nan_are_refused(kw, field):
     with pytest.raises(ModelError, match=field):

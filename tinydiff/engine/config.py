@@ -8,7 +8,6 @@ scaling type, sliding-window attention in use, another activation) is an error n
 never a silently different model.
 """
 import json
-import math
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -174,9 +173,23 @@ def _rope_theta(raw, where):
     if isinstance(theta, bool) or not isinstance(theta, (int, float)):
         raise ModelError(f"{where}: rope_theta should be a positive number, got {_quote(theta)}")
     theta = _as_float(theta, "rope_theta", where)
-    if not (math.isfinite(theta) and theta > 0):   # 0, negative or NaN: every logit NaN; inf: no rotation
-        raise ModelError(f"{where}: rope_theta should be a positive number, got {theta!r}")
+    if not usable_rope_theta(theta):
+        raise ModelError(f"{where}: rope_theta should be a positive float32 number, got {theta!r}")
     return theta
+
+
+# The RoPE table and RMSNorm are computed in float32: a value that is 0, negative, NaN, or not a
+# float32 (0 or inf once rounded, or subnormal, whose powers overflow) makes every logit NaN or
+# every rotation void.
+FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
+
+
+def usable_rope_theta(theta):
+    return FLOAT32_TINY <= theta <= FLOAT32_MAX
+
+
+def usable_rms_norm_eps(eps):
+    return 0 <= eps <= FLOAT32_MAX
 
 
 def _quote(value):
@@ -193,9 +206,9 @@ def _as_float(value, key, where):
 
 
 def _rms_norm_eps(eps, where):
-    """RMSNorm divides by sqrt(mean(x^2) + eps): a negative, NaN or infinite eps makes logits NaN."""
-    if not (math.isfinite(eps) and eps >= 0):
-        raise ModelError(f"{where}: rms_norm_eps should be a finite number >= 0, got {eps!r}")
+    """RMSNorm divides by sqrt(mean(x^2) + eps): a negative or NaN eps makes logits NaN."""
+    if not usable_rms_norm_eps(eps):
+        raise ModelError(f"{where}: rms_norm_eps should be a float32 number >= 0, got {eps!r}")
     return eps
 
 
