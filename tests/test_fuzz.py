@@ -7,10 +7,10 @@ index) a seeded loop mutates the fixtures in tests/fixtures/: bit flips and huge
 to the header), truncations, deletions, insertions; for JSON, values swapped for another type, huge
 or non-finite numbers, deleted keys and items. Each mutant is loaded and run (logits, a 3-token
 greedy generation, a decode) by a worker process that takes a batch of mutants and reports on each
-one; a mutant that kills or hangs the worker, or raises something other than a TinydiffError, is
-then run alone through the real command line (`tinydiff generate`) in its own process, and the test
-fails on what that run shows: a traceback, a signal, a hang, an exit status other than 0, 1, 2, or
-an error of more than one line.
+one; a mutant that kills or hangs the worker, or raises something other than a TinydiffError (a
+warning included), is then run alone through the real command line (`tinydiff generate`) in its own
+process, and the test fails on what that run shows: a traceback, a signal, a hang, an exit status
+other than 0, 1, 2, an error of more than one line, or a run that printed a warning.
 
 A few hundred mutants per format by default; `pytest --long` runs ~10k in all. The seed is fixed
 (TINYDIFF_FUZZ_SEED changes it), so a failure reproduces.
@@ -24,7 +24,7 @@ import select
 import struct
 import subprocess
 import sys
-import time
+import warnings
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -39,7 +39,7 @@ ENV = {**os.environ, "TINYDIFF_THREADS": "1"}   # two workers share two cores
 # --- mutations ------------------------------------------------------------------------------------
 
 HUGE = [2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30, 10**400]
-JSON_VALUES = [None, True, False, 0, -1, 1, 1.5, -0.0, float("nan"), float("inf"), -float("inf"), 1e308,
+JSON_VALUES = [None, True, False, 0, -1, 1, 1.5, -0.0, float("nan"), float("inf"), -float("inf"), 1e308, 1e-300, 5e-324,
                "", "x", "\u0000\n", [], [1, "a"], [[[]]], {}, {"type": "ByteLevel"}, {"": None}] + HUGE
 
 
@@ -133,12 +133,15 @@ FORMATS = {
     "config": (["llama-gqa", "qwen2-bias", "mistral", "llama-tied-headdim"], "config.json", mutate_json_text),
     "tokenizer": (["llama-gqa", "qwen2-bias"], "tokenizer.json", mutate_json_text),
     "index": (["llama-sharded"], "model.safetensors.index.json", mutate_json_text),
+    # the richer tokenizers of test_tokenizer.py (templates, Split, normalizers, added-token flags),
+    # loaded alone: no model has their 1000 tokens
+    "tokenizer alone": (["gpt2.json", "llama3.json", "qwen2.json", "legacy.json"], None, mutate_json_text),
 }
 
 
 def make_mutants(fmt, count, folder, seed):
     """count mutants of one format written under folder: model folders (links to the fixture's
-    files but the mutated one) or GGUF files."""
+    files but the mutated one), GGUF files or tokenizer.json files."""
     rng = random.Random(f"{seed}-{fmt}")
     bases, name, mutate = FORMATS[fmt]
     if fmt == "gguf":
@@ -148,6 +151,9 @@ def make_mutants(fmt, count, folder, seed):
         if fmt == "gguf":
             path = folder / f"{fmt}-{i}.gguf"
             path.write_bytes(mutate_bytes(data, rng, hot))
+        elif fmt == "tokenizer alone":
+            path = folder / f"tokenizer-{i}.json"
+            path.write_bytes(mutate((FIXTURES / "tokenizers" / rng.choice(bases)).read_bytes(), rng))
         else:
             base = HF / rng.choice(bases)
             path = folder / f"{fmt}-{i}"
@@ -169,6 +175,8 @@ def run_one(path):
     from tinydiff.errors import TinydiffError
     from tinydiff.model import load
     try:
+        if path.endswith(".json"):
+            return run_tokenizer(path)
         model = load(path, threads=1)
         ids = model.encode_prompt("Once upon a time")
         assert model.logits(ids).shape == (len(ids), model.config.vocab_size)
@@ -184,7 +192,16 @@ def run_one(path):
         return f"raised {type(e).__name__}: {str(e)[:300]}"
 
 
+def run_tokenizer(path):
+    from tinydiff.formats.tokenizer import Tokenizer
+    tok = Tokenizer.from_file(path)
+    ids = tok.encode("Hello <s> wörld <|im_start|> stop 123 ~\n")
+    tok.decode(ids + [tok.vocab_size, 0])
+    return "ok"
+
+
 def worker(mutants_file, start):
+    warnings.simplefilter("error")    # a numpy overflow or NaN warning is a suspect for the CLI run
     mutants = json.loads(Path(mutants_file).read_text())
     for i in range(start, len(mutants)):
         print(f"start {i}", flush=True)
@@ -239,6 +256,8 @@ def run_cli(path):
         return f"exit {r.returncode}: {err[-500:]}"
     if r.returncode and len(err.splitlines()) != 1:
         return f"exit {r.returncode} with {len(err.splitlines())} lines: {err[-500:]}"
+    if r.returncode == 0 and "Warning" in err:
+        return f"a run with warnings: {err[-500:]}"
     return None
 
 
@@ -251,6 +270,9 @@ def fuzz(fmt, count, folder, seed=SEED):
         results = list(pool.map(run_batch, halves))
     suspects = [half[i] for half, outcomes in zip(halves, results)
                 for i, outcome in outcomes.items() if outcome not in ("ok", "clean")]
+    if fmt == "tokenizer alone":   # no command runs a tokenizer alone: the worker's word is the verdict
+        return {path: outcome for half, outcomes in zip(halves, results)
+                for i, outcome in outcomes.items() if outcome not in ("ok", "clean") for path in [half[i]]}
     return {path: verdict for path in suspects if (verdict := run_cli(path)) is not None}
 
 
