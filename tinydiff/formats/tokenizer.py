@@ -502,6 +502,8 @@ class Tokenizer:
                                 ("add_eos_token", "eos_token_id", tok.suffix_ids)):
             if meta.get(key + flag) is True:
                 ids.append(get(name, int))
+                if not 0 <= ids[-1] < len(tokens):
+                    raise ModelError(f"{where}: {key}{name} {ids[-1]} is outside the {len(tokens)} tokens")
         return tok
 
     def gguf_metadata(self, vocab_size, where):
