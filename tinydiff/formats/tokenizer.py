@@ -11,6 +11,11 @@ Decoding maps tokens back to bytes and decodes UTF-8 with errors='replace'.
 The same tokenizer comes from a GGUF file's tokenizer.ggml.* keys (Tokenizer.from_gguf): the
 file names its pre-tokenizer, and GGUF_PRE gives the tokenizer.json parts for that name.
 
+The file is checked as it is read: a value of the wrong JSON type is one ModelError line naming the
+field ("model.vocab should be an object, got list"); ids must be 0..n-1 where n is what the file
+defines (vocab entries + added tokens; the token list in GGUF), checked before anything is sized
+by one; no two vocab tokens share an id; without an unk token, every byte has its token.
+
 Not supported (a ModelError names them): other models (WordPiece, Unigram, ...), other
 normalizers/pre-tokenizers/decoders, byte_fallback, BPE dropout, subword prefixes/suffixes.
 Ignored: offsets, truncation and padding settings, pair templates.
@@ -275,8 +280,10 @@ def _bpe_tables(model):
 
 def _added_entries(spec):
     """added_tokens, each checked: an id, a non-empty content, boolean flags."""
+    if spec.get("added_tokens") is None:
+        return []
     entries = []
-    for entry, name in _items(spec, "added_tokens", dict, "") if spec.get("added_tokens") is not None else []:
+    for entry, name in _items(spec, "added_tokens", dict, ""):
         _check(entry.get("id"), int, name + ".id")
         if not _get(entry, "content", str, name):
             raise _Bad(f"{name}.content is empty")
