@@ -4,8 +4,9 @@ a hang.
 
 For each format (safetensors: header and data; GGUF; config.json; tokenizer.json; the sharded
 index) a seeded loop mutates the fixtures in tests/fixtures/: bit flips and huge numbers (biased
-to the header), truncations, deletions, insertions; for JSON, values swapped for another type, huge
-or non-finite numbers, deleted keys and items. Each mutant is loaded and run (logits, a 3-token
+to the header), truncations, deletions, insertions; for JSON (a safetensors header too), values
+swapped for another type, huge or non-finite numbers, deleted keys and items; for GGUF, the file
+rewritten with a metadata value at the edge of its type or of another type, a key or a tensor gone. Each mutant is loaded and run (logits, a 3-token
 greedy generation, a decode) by a worker process that takes a batch of mutants and reports on each
 one; a mutant that kills or hangs the worker, or raises something other than a TinydiffError (a
 warning included), is then run alone through the real command line (`tinydiff generate`) in its own
@@ -31,7 +32,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 HF = FIXTURES / "hf"
 GGUF = FIXTURES / "gguf" / "llama-gqa-mixed.gguf"
 SEED = int(os.environ.get("TINYDIFF_FUZZ_SEED", "0"))
-COUNT, LONG_COUNT = 250, 2000      # mutants per format: in CI, and with --long
+COUNT, LONG_COUNT = 300, 2000      # mutants per format: in CI, and with --long
 TIMEOUT = 20                       # seconds one mutant may take before it counts as a hang
 ENV = {**os.environ, "TINYDIFF_THREADS": "1"}   # two workers share two cores
 
@@ -126,6 +127,63 @@ def gguf_header_size():
     return open_gguf(GGUF).data_start
 
 
+INT_RANGES = {"uint8": (0, 2**8), "int8": (-2**7, 2**7), "uint16": (0, 2**16), "int16": (-2**15, 2**15),
+              "uint32": (0, 2**32), "int32": (-2**31, 2**31), "uint64": (0, 2**64), "int64": (-2**63, 2**63)}
+
+
+def gguf_value(kind, value, rng):
+    """Another value of the same GGUF type: an edge of its range, a neighbour, a special float."""
+    if kind in INT_RANGES:
+        lo, hi = INT_RANGES[kind]
+        return rng.choice([v for v in (0, 1, -1, value + 1, value - 1, 2 * value, lo, hi - 1, 2**31 - 1)
+                           if lo <= v < hi])
+    if kind.startswith("float"):
+        return rng.choice([0.0, -1.0, float("nan"), float("inf"), -float("inf"), 1e-45, 3e38, value * 2])
+    if kind == "bool":
+        return not value
+    if kind == "string":
+        return rng.choice(["", "x", "a\nb", "llama", "qwen2", "dream", "llada", "gpt2", "llama-bpe", value * 2])
+    items = list(value)                               # an array
+    inner = kind[6:-1]
+    op = rng.choice(["cut", "drop", "repeat", "item"])
+    if op == "cut":
+        return items[:rng.randrange(len(items) + 1)]
+    i = rng.randrange(len(items)) if items else 0
+    if op == "drop" and items:
+        del items[i]
+    elif op == "repeat" and items:
+        items.insert(i, items[i])
+    elif items and not inner.startswith("array"):
+        items[i] = gguf_value(inner, items[i], rng)
+    return items
+
+
+def mutate_gguf_semantics(path, rng):
+    """The GGUF fixture rewritten with one metadata value changed (same type, or another), a key
+    or a tensor dropped, or a tensor renamed: what byte flips rarely reach."""
+    from tinydiff.formats.gguf import GGML_TYPES, Planned, open_gguf, write_gguf
+    f = open_gguf(GGUF)
+    meta = {k: (f.value_types[k], v) for k, v in f.metadata.items() if k != "general.alignment"}
+    tensors = {name: Planned(GGML_TYPES[t.type][0].lower(), f.shape(name), lambda a=f.raw(name): a)
+               for name, t in f.tensors.items()}
+    op = rng.choice(["value", "value", "value", "retype", "delete", "tensor"])
+    key = rng.choice(list(meta))
+    kind, value = meta[key]
+    if op == "value":
+        meta[key] = (kind, gguf_value(kind, value, rng))
+    elif op == "retype" and not kind.startswith("array"):
+        other = rng.choice(["uint32", "int32", "uint64", "float32", "string", "bool"])
+        meta[key] = (other, {"string": str(value), "bool": bool(value)}.get(other, 7 if other != "float32" else 7.0))
+    elif op == "delete":
+        del meta[key]
+    else:
+        name = rng.choice(list(tensors))
+        planned = tensors.pop(name)
+        if rng.random() < 0.5:
+            tensors[name.replace("blk.1", "blk.7").replace("weight", "bias")] = planned
+    write_gguf(path, meta, tensors)
+
+
 # format -> (the fixture folders or files it starts from, the file mutated, how)
 FORMATS = {
     "safetensors": (["llama-gqa", "llama-bf16", "qwen2-bias"], "model.safetensors", mutate_safetensors),
@@ -150,7 +208,10 @@ def make_mutants(fmt, count, folder, seed):
     for i in range(count):
         if fmt == "gguf":
             path = folder / f"{fmt}-{i}.gguf"
-            path.write_bytes(mutate_bytes(data, rng, hot))
+            if rng.random() < 0.5:
+                path.write_bytes(mutate_bytes(data, rng, hot))
+            else:
+                mutate_gguf_semantics(path, rng)
         elif fmt == "tokenizer alone":
             path = folder / f"tokenizer-{i}.json"
             path.write_bytes(mutate((FIXTURES / "tokenizers" / rng.choice(bases)).read_bytes(), rng))
