@@ -499,3 +499,10 @@ def test_the_sigterm_handler_is_restored_after_a_write(tmp_path):
         write_atomically(tmp_path / "b", (1 // 0 for _ in [0]))
     assert signal.getsignal(signal.SIGTERM) is before
     assert temporaries(tmp_path) == []
+
+
+def test_a_weight_map_entry_that_is_not_a_file_name_is_named(tmp_path):
+    """Before: 'weight_map is missing or not an object of shard file names', whichever entry it was."""
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "x.safetensors", "b": 7}}))
+    with pytest.raises(ModelError, match=r"weight_map\['b'\] should be a shard file name, got 7"):
+        load_checkpoint(tmp_path)
