@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from tinydiff.convert import convert
 from tinydiff.engine.config import config_from_dict, load_config
 from tinydiff.errors import ModelError
+from tinydiff.formats.safetensors import open_safetensors, save_safetensors
 from tinydiff.model import Model, load
 
 BASE = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -140,6 +142,24 @@ def test_a_config_with_fewer_layers_than_the_file_is_refused(tmp_path):
     with pytest.raises(ModelError, match=r"model\.layers\.1\."):
         convert(folder, tmp_path / "out.gguf")
     assert not (tmp_path / "out.gguf").exists()
+
+
+@pytest.mark.parametrize("extra, refused", [
+    ("model.layers.0.self_attn.rotary_emb.inv_freq", False),   # old Llama saves: transformers ignores it
+    ("model.layers.0.mlp.down_proj.bias", True),
+    ("rope_freqs.weight", True),
+])
+def test_a_tensor_beside_the_model_is_refused_unless_transformers_ignores_it(tmp_path, extra, refused):
+    folder = edited_model(tmp_path)
+    ckpt = open_safetensors(folder / "model.safetensors")
+    tensors = {name: np.array(ckpt.f32(name)) for name in ckpt.names}
+    (folder / "model.safetensors").unlink()
+    save_safetensors(folder / "model.safetensors", {**tensors, extra: np.ones(8, np.float32)})
+    if refused:
+        with pytest.raises(ModelError, match=f"tensor {re.escape(extra)} is not part of a llama model"):
+            load(folder)
+    else:
+        assert np.array_equal(load(folder).logits([1, 2]), load(FIXTURE).logits([1, 2]))
 
 
 def test_a_tied_config_uses_the_embedding_as_transformers_does(tmp_path):
