@@ -182,15 +182,17 @@ def _pre_tokenizers(spec, field):
     if kind == "Sequence":
         return [p for s, name in _items(spec, "pretokenizers", dict, field) for p in _pre_tokenizers(s, name)]
     if kind == "ByteLevel":
-        return [ByteLevel(_get(spec, "add_prefix_space", bool, field, True), _get(spec, "use_regex", bool, field, True))]
+        return [ByteLevel(_get(spec, "add_prefix_space", bool, field, True),
+                          _get(spec, "use_regex", bool, field, True))]
     if kind == "Split":
         pattern = _get(spec, "pattern", dict, field)
-        if isinstance(pattern.get("Regex"), str):
-            text = pattern["Regex"]
+        if "Regex" in pattern:
+            text = _get(pattern, "Regex", str, field + ".pattern")
         else:
             text = _escape_literal(_get(pattern, "String", str, field + ".pattern"))
+        behavior, invert = _get(spec, "behavior", str, field), _get(spec, "invert", bool, field, False)
         try:
-            return [Split(compile_regex(text), _get(spec, "behavior", str, field), _get(spec, "invert", bool, field, False))]
+            return [Split(compile_regex(text), behavior, invert)]
         except ValueError as e:
             raise _Bad(f"{field}: {e}") from None
     if kind == "Digits":  # Rust's char::is_numeric is \p{N}
