@@ -109,9 +109,13 @@ def mutate_json(doc, rng):
 
 
 def mutate_json_text(text, rng):
-    """A JSON file mutated: usually as a document, sometimes as bytes (broken syntax, bad UTF-8)."""
+    """A JSON file mutated: usually as a document, sometimes as bytes (broken syntax, bad UTF-8),
+    now and then nested absurdly deep."""
     if rng.random() < 0.15:
         return mutate_bytes(text, rng, len(text))
+    if rng.random() < 0.03:         # nesting deeper than any recursive reader goes
+        depth = rng.choice([300, 3000, 100_000])
+        return text.replace(b"{", b'{"deep": ' + b"[" * depth + b"]" * depth + b", ", 1)
     return json.dumps(mutate_json(json.loads(text), rng), ensure_ascii=rng.random() < 0.5).encode()
 
 

@@ -302,6 +302,20 @@ def test_post_processor_id_outside_the_vocabulary(tmp_path):
     assert_one_line_error(write(tmp_path, obj), "post_processor", "5000")
 
 
+@pytest.mark.parametrize("depth", [100_000, 400])
+def test_json_nested_too_deeply_is_one_line(tmp_path, depth):
+    """Before: a RecursionError traceback (from json for 100k brackets, from our Sequence walk for 400)."""
+    obj = spec("gpt2")
+    step = {"type": "NFC"}
+    for _ in range(min(depth, 400)):
+        step = {"type": "Sequence", "normalizers": [step]}
+    obj["normalizer"] = step
+    path = write(tmp_path, obj) if depth == 400 else tmp_path / "tokenizer.json"
+    if depth != 400:
+        path.write_text('{"model": ' + "[" * depth + "]" * depth + "}")
+    assert_one_line_error(path, "nested too deeply")
+
+
 def _paths(obj, path=()):
     """Every (path, value) in a tokenizer.json, a few items of each long list or object."""
     yield path, obj

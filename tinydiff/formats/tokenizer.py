@@ -453,6 +453,8 @@ class Tokenizer:
         except json.JSONDecodeError as e:
             where = f"line {e.lineno} column {e.colno}"
             raise ModelError(f"{path}: tokenizer is not valid JSON: {e.msg} at {where}") from None
+        except RecursionError:
+            raise ModelError(f"{path}: tokenizer JSON is nested too deeply") from None
         if not isinstance(spec, dict):
             raise ModelError(f"{path}: bad tokenizer: top level is not a JSON object")
         return cls._build(spec, path)
@@ -465,6 +467,8 @@ class Tokenizer:
             raise ModelError(f"{where}: unsupported tokenizer component: {e}") from None
         except _Bad as e:
             raise ModelError(f"{where}: {e}") from None
+        except RecursionError:    # Sequences inside Sequences, a thousand deep
+            raise ModelError(f"{where}: tokenizer components are nested too deeply") from None
 
     @classmethod
     def from_gguf(cls, meta, where):
