@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -332,8 +333,7 @@ def fuzz(fmt, count, folder, seed=SEED):
     """The mutants of one format that the command line does not handle cleanly: {path: what}."""
     mutants = make_mutants(fmt, count, folder, seed)
     halves = [mutants[:len(mutants) // 2], mutants[len(mutants) // 2:]]
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(2) as pool:        # two workers, one per core
         results = list(pool.map(run_batch, halves))
     suspects = [half[i] for half, outcomes in zip(halves, results)
                 for i, outcome in outcomes.items() if outcome not in ("ok", "clean")]
