@@ -1,10 +1,14 @@
-"""Fixtures the kernel tests share."""
+"""Fixtures the kernel tests share, and the --long option of the fuzz test."""
 import pytest
 
 from tinydiff.engine import kernels as K
 
 # every SIMD path this CPU can run, up to the best one
 LEVELS = K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", help="tests/test_fuzz.py: ~10k mutants instead of ~1k")
 
 
 @pytest.fixture(params=LEVELS)

@@ -1,9 +1,17 @@
+import dataclasses
 import json
+import re
+import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tinydiff.convert import convert
 from tinydiff.engine.config import config_from_dict, load_config
 from tinydiff.errors import ModelError
+from tinydiff.formats.safetensors import open_safetensors, save_safetensors
+from tinydiff.model import Model, load
 
 BASE = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, intermediate_size=128, vocab_size=300, max_position_embeddings=256)
@@ -74,3 +82,101 @@ def test_missing_field_and_bad_files(tmp_path):
         load_config(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(BASE))
     assert load_config(tmp_path).hidden_size == 64
+
+
+# --- numbers that make every logit NaN, ids outside the vocabulary ----------------------------
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(rms_norm_eps=-1), "rms_norm_eps"),
+    (dict(rms_norm_eps=float("nan")), "rms_norm_eps"),
+    (dict(rms_norm_eps=float("inf")), "rms_norm_eps"),
+    (dict(rms_norm_eps=10**400), "rms_norm_eps"),
+    (dict(rope_theta=0), "rope_theta"),
+    (dict(rope_theta=-10000.0), "rope_theta"),
+    (dict(rope_theta=float("nan")), "rope_theta"),
+    (dict(rope_theta=float("inf")), "rope_theta"),
+    (dict(rope_theta=10**400), "rope_theta"),
+    (dict(rope_parameters={"rope_theta": float("nan")}), "rope_theta"),
+    (dict(rope_theta=1e-300), "rope_theta"),       # 0 as a float32
+    (dict(rope_theta=1e39), "rope_theta"),         # inf as a float32
+    (dict(rms_norm_eps=1e39), "rms_norm_eps"),
+])
+def test_numbers_that_would_make_logits_nan_are_refused(kw, field):
+    with pytest.raises(ModelError, match=field):
+        cfg(**kw)
+
+
+@pytest.mark.parametrize("kw, key", [
+    (dict(bos_token_id=300), "bos_token_id"),
+    (dict(eos_token_id=[5, 300]), "eos_token_id"),
+    (dict(eos_token_id=-1), "eos_token_id"),
+    (dict(mask_token_id=300), "mask_token_id"),
+    (dict(mask_token_id=-5), "mask_token_id"),
+])
+def test_special_ids_outside_the_vocabulary_are_refused_at_load(kw, key):
+    """Before: the model loaded, and denoising or stopping failed later with a UsageError."""
+    with pytest.raises(ModelError, match=f"'{key}' is -?\\d+, outside the vocabulary"):
+        cfg(**kw)
+    assert cfg(**{key: 299}).vocab_size == 300     # the last id is inside
+
+
+# --- config.json against the weights ------------------------------------------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hf" / "llama-gqa"
+
+
+def edited_model(tmp_path, **changes):
+    """A copy of the llama-gqa fixture whose config.json has these changes."""
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURE, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    return folder
+
+
+def test_a_config_with_fewer_layers_than_the_file_is_refused(tmp_path):
+    """Before: num_hidden_layers 2 -> 1 ran the first layer alone, a different model."""
+    folder = edited_model(tmp_path, num_hidden_layers=1)
+    with pytest.raises(ModelError, match=r"model\.layers\.1\..* is not part of a llama model as tinydiff runs it \(nor are 8 more\)"):
+        load(folder)
+    with pytest.raises(ModelError, match=r"model\.layers\.1\."):
+        convert(folder, tmp_path / "out.gguf")
+    assert not (tmp_path / "out.gguf").exists()
+
+
+@pytest.mark.parametrize("extra, refused", [
+    ("model.layers.0.self_attn.rotary_emb.inv_freq", False),   # old Llama saves: transformers ignores it
+    ("model.layers.0.mlp.down_proj.bias", True),
+    ("rope_freqs.weight", True),
+])
+def test_a_tensor_beside_the_model_is_refused_unless_transformers_ignores_it(tmp_path, extra, refused):
+    folder = edited_model(tmp_path)
+    ckpt = open_safetensors(folder / "model.safetensors")
+    tensors = {name: np.array(ckpt.f32(name)) for name in ckpt.names}
+    (folder / "model.safetensors").unlink()
+    save_safetensors(folder / "model.safetensors", {**tensors, extra: np.ones(8, np.float32)})
+    if refused:
+        with pytest.raises(ModelError, match=f"tensor {re.escape(extra)} is not part of a llama model"):
+            load(folder)
+    else:
+        assert np.array_equal(load(folder).logits([1, 2]), load(FIXTURE).logits([1, 2]))
+
+
+def test_a_tied_config_uses_the_embedding_as_transformers_does(tmp_path):
+    """tie_word_embeddings with an lm_head.weight in the file: transformers ties the head to the
+    embedding (tie_weights overwrites the stored head), so the logits are the embedding's."""
+    tied = load(edited_model(tmp_path, tie_word_embeddings=True))
+    assert tied.weights.lm_head is tied.weights.embed_tokens
+    untied = load(FIXTURE)
+    assert not np.array_equal(untied.weights.lm_head, untied.weights.embed_tokens)
+    by_hand = Model(untied.config, dataclasses.replace(untied.weights, lm_head=untied.weights.embed_tokens),
+                    untied.tokenizer)
+    assert np.array_equal(tied.logits([1, 5, 9]), by_hand.logits([1, 5, 9]))
+
+
+@pytest.mark.parametrize("key", ["model_type", "hidden_act", "rope_scaling"])
+def test_a_name_from_the_file_is_shown_on_one_line(key):
+    value = {"type": "a\nb"} if key == "rope_scaling" else "a\nb"
+    with pytest.raises(ModelError) as err:
+        cfg(**{key: value})
+    assert "\n" not in str(err.value) and "'a\\nb'" in str(err.value)

@@ -514,6 +514,15 @@ def test_a_gguf_tokenizer_is_the_tokenizer_json_one(name, pre):
         assert tok.decode(case["ids"]) == case["decoded"]
 
 
+@pytest.mark.parametrize("bos", [-5, 1000])
+def test_a_bos_the_template_adds_must_be_a_token(bos):
+    """Before: a negative id was put before every prompt, a UsageError blaming the caller later."""
+    hf = Tokenizer.from_file(os.path.join(TOKENIZERS, "gpt2.json"))
+    meta = {k: v for k, (_, v) in hf.gguf_metadata(hf.vocab_size, "t").items()}
+    meta.update({"tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.bos_token_id": bos})
+    assert f"tokenizer.ggml.bos_token_id {bos} is outside the 1000 tokens" in error(Tokenizer.from_gguf, meta, "m.gguf")
+
+
 def test_smollm_digits_are_split_one_by_one(tmp_path):
     spec = json.loads(open(os.path.join(TOKENIZERS, "gpt2.json"), encoding="utf-8").read())
     spec["pre_tokenizer"] = GGUF_PRE["smollm"][1]

@@ -3,7 +3,10 @@ checkpoints, and fuzzing that no byte pattern gets past the validation."""
 import json
 import mmap
 import os
+import signal
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tinydiff.errors import ModelError
+from tinydiff.formats.files import write_atomically
 from tinydiff.formats.safetensors import (
     load_checkpoint,
     open_safetensors,
@@ -438,3 +442,67 @@ def test_reference_implementation_agrees(tmp_path):
     back = ref.load_file(str(tmp_path / "ours.safetensors"))
     for name, a in tensors.items():
         np.testing.assert_array_equal(back[name], a)
+
+
+# --- a writer killed mid-write --------------------------------------------------------------------
+
+# A writer that stops after its first chunk until it is killed.
+SLOW_WRITER = """
+import sys, time
+from tinydiff.formats.files import write_atomically
+def chunks():
+    yield b"partial"
+    print("writing", flush=True)
+    time.sleep(60)
+    yield b"never"
+write_atomically(sys.argv[1], chunks())
+"""
+
+
+def temporaries(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def kill_mid_write(out, sig):
+    child = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(out)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "writing\n"
+    assert len(temporaries(out.parent)) == 1
+    child.send_signal(sig)
+    assert child.wait(timeout=30) == -sig
+    return child.pid
+
+
+def test_sigterm_during_a_write_removes_the_temporary_and_still_ends_the_process(tmp_path):
+    out = tmp_path / "model.gguf"
+    kill_mid_write(out, signal.SIGTERM)
+    assert temporaries(tmp_path) == [] and not out.exists()
+
+
+def test_after_sigkill_the_next_write_removes_the_dead_writers_temporary(tmp_path):
+    out = tmp_path / "model.gguf"
+    pid = kill_mid_write(out, signal.SIGKILL)
+    left = temporaries(tmp_path)
+    assert len(left) == 1 and left[0].startswith(f".model.gguf.{pid}.")   # SIGKILL cannot be caught
+    live = tmp_path / f".model.gguf.{os.getpid()}.abcdefgh.tmp"       # a writer still running
+    other = tmp_path / f".other.gguf.{pid}.abcdefgh.tmp"              # another output's
+    live.write_bytes(b"")
+    other.write_bytes(b"")
+    write_atomically(out, [b"whole"])
+    assert out.read_bytes() == b"whole"
+    assert temporaries(tmp_path) == sorted([live.name, other.name])
+
+
+def test_the_sigterm_handler_is_restored_after_a_write(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    write_atomically(tmp_path / "a", [b"x"])
+    with pytest.raises(ZeroDivisionError):
+        write_atomically(tmp_path / "b", (1 // 0 for _ in [0]))
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert temporaries(tmp_path) == []
+
+
+def test_a_weight_map_entry_that_is_not_a_file_name_is_named(tmp_path):
+    """Before: 'weight_map is missing or not an object of shard file names', whichever entry it was."""
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "x.safetensors", "b": 7}}))
+    with pytest.raises(ModelError, match=r"weight_map\['b'\] should be a shard file name, got 7"):
+        load_checkpoint(tmp_path)

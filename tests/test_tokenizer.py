@@ -272,6 +272,88 @@ def test_top_level_not_an_object(tmp_path):
     assert_one_line_error(write(tmp_path, [1, 2]), "not a JSON object")
 
 
+# --- ids and JSON types the file gets wrong -----------------------------------
+
+@pytest.mark.parametrize("big", [2**63, 2**40, 2**28, 1001])
+def test_id_beyond_the_file_is_refused_before_anything_is_sized_by_it(tmp_path, big):
+    obj = spec("gpt2")          # 1000 vocab entries + 1 added token: ids 0..1000 at most
+    obj["added_tokens"][0]["id"] = big
+    message = assert_one_line_error(write(tmp_path, obj), str(big), "outside")
+    assert obj["added_tokens"][0]["content"] in message
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda m: m["vocab"].update(a=-1), ["-1", "'a'"]),
+    (lambda m: m["vocab"].update(a=m["vocab"]["b"]), ["to both"]),
+    (lambda m: m["vocab"].pop("~"), ["'~'", "0x7e"]),
+])
+def test_bad_vocabulary_is_refused(tmp_path, edit, words):
+    """Before: encode("a") == [-1], "ab" decoded as "bb", encode("~") == []."""
+    obj = spec("gpt2")
+    obj["merges"] = []
+    obj["model"]["merges"] = [m for m in obj["model"]["merges"] if "a" not in m and "~" not in m]
+    edit(obj["model"])
+    assert_one_line_error(write(tmp_path, obj), *words)
+
+
+def test_post_processor_id_outside_the_vocabulary(tmp_path):
+    obj = spec("llama3")
+    obj["post_processor"] = {"type": "RobertaProcessing", "cls": ["<s>", 5000], "sep": ["</s>", 1]}
+    assert_one_line_error(write(tmp_path, obj), "post_processor", "5000")
+
+
+@pytest.mark.parametrize("depth", [100_000, 400])
+def test_json_nested_too_deeply_is_one_line(tmp_path, depth):
+    """Before: a RecursionError traceback (from json for 100k brackets, from our Sequence walk for 400)."""
+    obj = spec("gpt2")
+    step = {"type": "NFC"}
+    for _ in range(min(depth, 400)):
+        step = {"type": "Sequence", "normalizers": [step]}
+    obj["normalizer"] = step
+    path = write(tmp_path, obj) if depth == 400 else tmp_path / "tokenizer.json"
+    if depth != 400:
+        path.write_text('{"model": ' + "[" * depth + "]" * depth + "}")
+    assert_one_line_error(path, "nested too deeply")
+
+
+def _paths(obj, path=()):
+    """Every (path, value) in a tokenizer.json, a few items of each long list or object."""
+    yield path, obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else []
+    for n, (key, value) in enumerate(items):
+        if n < 3 or len(obj) < 8:
+            yield from _paths(value, path + (key,))
+
+
+SPECS = {name: spec(name) for name in ("gpt2", "llama3", "qwen2", "legacy")}
+PATHS = [(name, path) for name, obj in SPECS.items() for path, _ in _paths(obj) if path]
+WRONG = [None, 0, -1, 2**64, 1.5, True, "", "x", "a\nb", [], [1, "a"], {}, {"type": "ByteLevel"}]
+PYTHON_WORDS = ("NoneType", "has no attribute", "subscriptable", "not iterable", "unhashable",
+                "object of type", "argument", "index out of range", "invalid literal")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(PATHS), st.sampled_from(WRONG))
+def test_any_wrong_json_type_is_one_line_naming_the_field(tmp_path_factory, where, value):
+    """Every value of every tokenizer.json swapped for another JSON type: the file loads, or
+    the error names the field (before: 'bad tokenizer: 'NoneType' object has no attribute ...')."""
+    name, path = where
+    obj = json.loads(json.dumps(SPECS[name]))
+    parent = obj
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    target = write(tmp_path_factory.mktemp("t"), obj)
+    try:
+        Tokenizer.from_file(target).encode("Hello <s> world ~ 123")
+    except ModelError as e:
+        message = str(e)
+        assert "\n" not in message and str(target) in message
+        assert not any(w in message for w in PYTHON_WORDS), message
+        keys = [k for k in path if isinstance(k, str)]
+        assert any(k in message for k in keys) or "model.vocab" in message or "merge" in message, message
+
+
 # --- against tokenizers, where installed --------------------------------------
 
 # Pieces that random text rarely hits: special tokens, contractions, whitespace kinds,

@@ -22,6 +22,7 @@ def convert(src, out, wtype="f16"):
 
     GGUF has one eos_token_id: a config.json listing several EOS ids keeps the first."""
     from .engine.config import load_config
+    from .engine.weights import refuse_unused
     from .formats.safetensors import load_checkpoint
     from .formats.tokenizer import Tokenizer
     if wtype not in FILE_TYPES:
@@ -31,6 +32,7 @@ def convert(src, out, wtype="f16"):
     cfg = load_config(src)
     arch = HF_ARCHITECTURES[cfg.model_type]     # load_config refused any other model_type
     ckpt = load_checkpoint(src)
+    refuse_unused(cfg, ckpt)
     tok_path = os.path.join(src, "tokenizer.json")
     tok = Tokenizer.from_file(tok_path)
     if tok.vocab_size > cfg.vocab_size:

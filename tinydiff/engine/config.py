@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import ModelError
+from ..formats.files import show
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "llada", "Dream")
 
@@ -58,8 +59,12 @@ def load_config(path):
             raw = json.load(f)
     except FileNotFoundError:
         raise ModelError(f"{path}: file not found") from None
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ModelError(f"{path}: JSON nested too deeply") from None
     if not isinstance(raw, dict):
         raise ModelError(f"{path}: not a JSON object")
     return config_from_dict(raw, where=path)
@@ -75,20 +80,20 @@ def config_from_dict(raw, where="config.json"):
                 raise ModelError(f"{where}: missing field '{key}'")
             return None
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            value = _as_float(value, key, where)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ModelError(f"{where}: field '{key}' should be {kind.__name__}, got {value!r}")
+            raise ModelError(f"{where}: field '{key}' should be {kind.__name__}, got {_quote(value)}")
         return value
 
     model_type = get("model_type", str, required=True)
     if model_type == "llada":
         raw = _llada_as_hf(raw, where)
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ModelError(f"{where}: model_type '{model_type}' not supported "
+        raise ModelError(f"{where}: model_type {_quote(model_type)} not supported "
                          f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
     act = raw.get("hidden_act", "silu")
     if act != "silu":
-        raise ModelError(f"{where}: hidden_act '{act}' not supported (only silu)")
+        raise ModelError(f"{where}: hidden_act {_quote(act)} not supported (only silu)")
     if raw.get("mlp_bias"):
         raise ModelError(f"{where}: mlp_bias true not supported")
     _check_sliding_window(raw, model_type, where)
@@ -108,7 +113,7 @@ def config_from_dict(raw, where="config.json"):
         vocab_size=get("vocab_size", int, required=True),
         max_position_embeddings=get("max_position_embeddings", int, 2048),
         rope_theta=_rope_theta(raw, where),
-        rms_norm_eps=get("rms_norm_eps", float, 1e-6),
+        rms_norm_eps=_rms_norm_eps(get("rms_norm_eps", float, 1e-6), where),
         tie_word_embeddings=get("tie_word_embeddings", bool, False),
         qkv_bias=model_type in ("qwen2", "Dream") or bool(raw.get("attention_bias", False)),
         o_bias=model_type == "llama" and bool(raw.get("attention_bias", False)),
@@ -120,7 +125,18 @@ def config_from_dict(raw, where="config.json"):
         dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
     )
     check_shapes(cfg, where)
+    _check_token_ids(cfg, where)
     return cfg
+
+
+def _check_token_ids(cfg, where):
+    """Special ids inside the vocabulary: one outside would fail only later, blaming the caller."""
+    V = cfg.vocab_size
+    for key, ids in (("bos_token_id", [cfg.bos_token_id]), ("eos_token_id", cfg.eos_token_ids),
+                     ("mask_token_id", [cfg.mask_token_id])):
+        bad = next((i for i in ids if i is not None and not 0 <= i < V), None)
+        if bad is not None:
+            raise ModelError(f"{where}: field '{key}' is {bad}, outside the vocabulary (0..{V - 1})")
 
 
 def _llada_as_hf(raw, where):
@@ -130,9 +146,9 @@ def _llada_as_hf(raw, where):
     if unsupported:
         raise ModelError(f"{where}: {unsupported[0]} true is not supported (LLaDA's Llama block only)")
     if raw.get("activation_type", "silu") != "silu":
-        raise ModelError(f"{where}: activation_type '{raw['activation_type']}' not supported (only silu)")
+        raise ModelError(f"{where}: activation_type {_quote(raw['activation_type'])} not supported (only silu)")
     if raw.get("layer_norm_type", "rms") != "rms":
-        raise ModelError(f"{where}: layer_norm_type '{raw['layer_norm_type']}' not supported (only rms)")
+        raise ModelError(f"{where}: layer_norm_type {_quote(raw['layer_norm_type'])} not supported (only rms)")
     renamed = dict(hidden_size="d_model", num_hidden_layers="n_layers", num_attention_heads="n_heads",
                    num_key_value_heads="n_kv_heads", intermediate_size="mlp_hidden_size",
                    max_position_embeddings="max_sequence_length", tie_word_embeddings="weight_tying",
@@ -152,18 +168,55 @@ def _rope_theta(raw, where):
     for field, block in (("rope_parameters", params), ("rope_scaling", scaling)):
         kind = block.get("rope_type", block.get("type", "default"))
         if kind != "default":
-            raise ModelError(f"{where}: {field}.rope_type '{kind}' not supported (only default RoPE)")
+            raise ModelError(f"{where}: {field}.rope_type {_quote(kind)} not supported (only default RoPE)")
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-        raise ModelError(f"{where}: rope_theta should be a positive number, got {theta!r}")
-    return float(theta)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise ModelError(f"{where}: rope_theta should be a positive number, got {_quote(theta)}")
+    theta = _as_float(theta, "rope_theta", where)
+    if not usable_rope_theta(theta):
+        raise ModelError(f"{where}: rope_theta should be a positive float32 number, got {theta!r}")
+    return theta
+
+
+# The RoPE table and RMSNorm are computed in float32: a value that is 0, negative, NaN, or not a
+# float32 (0 or inf once rounded, or subnormal, whose powers overflow) makes every logit NaN or
+# every rotation void.
+FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
+
+
+def usable_rope_theta(theta):
+    return FLOAT32_TINY <= theta <= FLOAT32_MAX
+
+
+def usable_rms_norm_eps(eps):
+    return 0 <= eps <= FLOAT32_MAX
+
+
+def _quote(value):
+    """A value from the file as messages show it: repr (one line, quoted), cut if long."""
+    return show(repr(value))
+
+
+def _as_float(value, key, where):
+    """A JSON number as a float; an integer too big for one (1e400 spelled out) is an error."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ModelError(f"{where}: field '{key}' is too large a number") from None
+
+
+def _rms_norm_eps(eps, where):
+    """RMSNorm divides by sqrt(mean(x^2) + eps): a negative or NaN eps makes logits NaN."""
+    if not usable_rms_norm_eps(eps):
+        raise ModelError(f"{where}: rms_norm_eps should be a float32 number >= 0, got {eps!r}")
+    return eps
 
 
 def _check_sliding_window(raw, model_type, where):
     window = raw.get("sliding_window")
     in_use = window is not None and (model_type == "mistral" or raw.get("use_sliding_window", False))
     max_pos = raw.get("max_position_embeddings", 2048)
-    if in_use and isinstance(window, int) and window < max_pos:
+    if in_use and isinstance(window, int) and isinstance(max_pos, int) and window < max_pos:
         raise ModelError(f"{where}: sliding_window={window} is in use (< max_position_embeddings="
                          f"{max_pos}); sliding-window attention is not implemented")
 
@@ -174,7 +227,7 @@ def _token_ids(raw, key, where):
     values = value if isinstance(value, list) else [] if value is None else [value]
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ModelError(f"{where}: field '{key}' should be an integer or a list of them, got {value!r}")
+            raise ModelError(f"{where}: field '{key}' should be an integer or a list of them, got {_quote(value)}")
     return tuple(values)
 
 

@@ -16,10 +16,9 @@ Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.p
     are written as architecture "llama" with llama.attention.causal = false and
     tokenizer.ggml.mask_token_id: llama.cpp's own keys for those two facts (its LLaDA converter
     writes them), rather than tinydiff-only keys, so the file says what the model is to any reader.
-  - Loading refuses a tensor it would not use (rope_freqs.weight, ...): ignoring one would run a
-    different model.
+  - Loading refuses a tensor it would not use (rope_freqs.weight, ...; weights.load_weights):
+    ignoring one would run a different model.
 """
-import math
 from collections import namedtuple
 
 import numpy as np
@@ -45,10 +44,6 @@ def load_gguf(path):
     f = open_gguf(path)
     config = config_from_gguf(f)
     weights = load_weights(config, f, GGUF_NAMES)
-    unused = [name for name in f.names if name not in f.used]
-    if unused:   # rope_freqs.weight (Llama 3.1's RoPE scaling), a bias we do not add, ...
-        fail(path, f"tensor {show(unused[0])} is not part of a {config.model_type} model as tinydiff runs it"
-                    f"{f' (nor are {len(unused) - 1} more)' if len(unused) > 1 else ''}")
     if ARCHITECTURES[config.model_type].permuted:   # back to HF's row order, which our RoPE expects
         H, KVH = config.num_attention_heads, config.num_key_value_heads
         for lw in weights.layers:
@@ -71,7 +66,7 @@ def permute_rows(w, n_head, undo=False):
 def config_from_gguf(f):
     """The Config that a GGUF file's metadata describes; anything the engine does not implement
     (RoPE scaling, partial RoPE, sliding windows, experts) is an error naming the key."""
-    from .config import Config, check_shapes
+    from .config import Config, check_shapes, usable_rms_norm_eps, usable_rope_theta
     meta, kinds = f.metadata, f.value_types
 
     def get(key, kind, default=None):
@@ -100,7 +95,7 @@ def config_from_gguf(f):
         fail(f.path, f"{a}rope.dimension_count {meta[a + 'rope.dimension_count']} is not the head size "
                       f"{head_dim}: partial RoPE is not supported")
     theta, eps = get(a + "rope.freq_base", float, 10000.0), get(a + "attention.layer_norm_rms_epsilon", float)
-    if not (math.isfinite(theta) and theta > 0 and math.isfinite(eps) and eps >= 0):
+    if not (usable_rope_theta(theta) and usable_rms_norm_eps(eps)):
         fail(f.path, f"{a}rope.freq_base {theta} or layer_norm_rms_epsilon {eps} is not a usable number")
     vocab = _vocab_size(f, a, get)
     tok = "tokenizer.ggml."

@@ -7,11 +7,20 @@ layout, which is what the matmul kernel expects: y = x @ W.T. From safetensors, 
 views of the mmap (zero copy) and F16/BF16 ones are widened to f32 once, at load. From GGUF, every
 matrix stays in its stored type (f32, f16, bf16, q8_0, q4_0: quant.py), a view of the mmap, except
 attn_q/attn_k, whose rows are put back in HF's order (a copy, in the same type).
+
+A checkpoint tensor the config leaves unread is refused, not ignored: a config.json that says one
+layer for a two-layer file, a bias the config does not add, would otherwise run a different model.
+Two exceptions, both as transformers loads them: rotary_emb.inv_freq buffers (old Llama saves;
+RoPE's frequencies are recomputed from rope_theta), and lm_head.weight in a file whose config says
+tie_word_embeddings: transformers ties the head to the embedding and overwrites the stored head
+(tie_weights), so its logits come from the embedding, and ours match them.
 """
 from dataclasses import dataclass
 from typing import List, Optional
 
 import numpy as np
+
+from ..formats.files import fail, show
 
 
 @dataclass
@@ -74,6 +83,7 @@ def load_weights(cfg, ckpt, names=None):
     """Carves a checkpoint (safetensors, or a GGUF file with names=GGUF_NAMES) into Weights,
     checking that every tensor is there with its shape."""
     names = names or (LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES)
+    refuse_unused(cfg, ckpt, names)
     d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
 
     def layer(i):
@@ -98,6 +108,22 @@ def load_weights(cfg, ckpt, names=None):
         norm=ckpt.expect(names["norm"], (d,)),
         lm_head=embed if cfg.tie_word_embeddings else ckpt.expect(names["lm_head"], (V, d)),
     )
+
+
+def refuse_unused(cfg, ckpt, names=None):
+    """A tensor the config does not read means the config describes another model: an error."""
+    names = names or (LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES)
+    layer = ["input_layernorm", "q_proj", "k_proj", "v_proj", "o_proj", "post_attention_layernorm",
+             "gate_proj", "up_proj", "down_proj"]
+    layer += ["q_bias", "k_bias", "v_bias"] * cfg.qkv_bias + ["o_bias"] * cfg.o_bias
+    read = {names["embed_tokens"], names["norm"], names["lm_head"]}   # a tied lm_head: see the docstring
+    layers = min(cfg.num_hidden_layers, len(ckpt.names))   # beyond: load_weights reports the first missing
+    read |= {names["layer"].format(i=i) + names[field] for i in range(layers) for field in layer}
+    unused = [n for n in ckpt.names if n not in read and not n.endswith("rotary_emb.inv_freq")]
+    if unused:   # a layer beyond num_hidden_layers, rope_freqs.weight (Llama 3.1's RoPE scaling), a bias, ...
+        fail(ckpt.path, f"tensor {show(unused[0])} is not part of a {cfg.model_type} model as tinydiff runs it"
+                        f"{f' (nor are {len(unused) - 1} more)' if len(unused) > 1 else ''}: "
+                        "does the config describe this checkpoint?")
 
 
 def random_weights(cfg, seed=0, std=0.02):

@@ -89,7 +89,6 @@ class GGUFFile(TensorTable):
         self.value_types = value_types
         self.alignment = alignment
         self.data_start = data_start      # file offset of the data section
-        self.used = set()                 # the names expect() handed out
         self._buf = buf
 
     def type_name(self, name):
@@ -122,7 +121,6 @@ class GGUFFile(TensorTable):
         if got != want:
             fail(self.path, f"tensor {show(name)} has shape {got}, expected {want}")
         a = self.raw(name)
-        self.used.add(name)
         return quant.dequantize(a) if len(want) == 1 else a
 
     def stored_bytes(self):

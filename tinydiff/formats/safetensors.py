@@ -279,8 +279,11 @@ def _read_index(path):
         fail(path, f"cannot read: {e.strerror}")
     index = _parse_json(path, data, "index")
     weight_map = index.get("weight_map")
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+    if not isinstance(weight_map, dict):
         fail(path, "weight_map is missing or not an object of shard file names")
+    bad = next((name for name, shard in weight_map.items() if not isinstance(shard, str)), None)
+    if bad is not None:
+        fail(path, f"weight_map[{show(repr(bad))}] should be a shard file name, got {show(repr(weight_map[bad]))}")
     metadata = index.get("metadata", {})
     if not isinstance(metadata, dict):
         fail(path, "metadata is not an object")

@@ -11,6 +11,11 @@ Decoding maps tokens back to bytes and decodes UTF-8 with errors='replace'.
 The same tokenizer comes from a GGUF file's tokenizer.ggml.* keys (Tokenizer.from_gguf): the
 file names its pre-tokenizer, and GGUF_PRE gives the tokenizer.json parts for that name.
 
+The file is checked as it is read: a value of the wrong JSON type is one ModelError line naming the
+field ("model.vocab should be an object, got list"); ids must be 0..n-1 where n is what the file
+defines (vocab entries + added tokens; the token list in GGUF), checked before anything is sized
+by one; no two vocab tokens share an id; without an unk token, every byte has its token.
+
 Not supported (a ModelError names them): other models (WordPiece, Unigram, ...), other
 normalizers/pre-tokenizers/decoders, byte_fallback, BPE dropout, subword prefixes/suffixes.
 Ignored: offsets, truncation and padding settings, pair templates.
@@ -20,6 +25,7 @@ import json
 import unicodedata
 
 from ..errors import ModelError, UsageError
+from .files import show
 from .pretokenizer import (
     CHAR_TO_BYTE,
     WHITE_SPACE_CHARS,
@@ -77,7 +83,8 @@ def _canonical(part):
 
 
 def gguf_pre_name(spec):
-    """The tokenizer.ggml.pre name of a tokenizer.json's normalizer + pre-tokenizer, or None."""
+    """The tokenizer.ggml.pre name of a tokenizer.json's normalizer + pre-tokenizer (already
+    checked by Tokenizer), or None."""
     ours = (_canonical(spec.get("normalizer")), _canonical(spec.get("pre_tokenizer")),
             bool(spec["model"].get("ignore_merges", False)))
     return next((name for name, parts in GGUF_PRE.items()
@@ -88,15 +95,67 @@ class _Unsupported(ValueError):
     """A component we do not implement; becomes a ModelError naming the file."""
 
 
+class _Bad(ValueError):
+    """A malformed field ("model.vocab should be an object, got list"); becomes a ModelError
+    naming the file."""
+
+
+# --- reading fields -----------------------------------------------------------
+# The file comes from whoever made it: every value is checked for its JSON type where it is read,
+# so a bad file is one line naming the field, not a Python error from deep inside.
+
+_KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
+               bool: "true or false", float: "a number", (str, list): "a string or a list"}
+_MISSING = object()
+
+
+def _json_type(value):
+    names = {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer",
+             float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _check(value, kind, field):
+    """value, if it is JSON of this kind (float: any number); else _Bad naming the field."""
+    ok = isinstance(value, (int, float) if kind is float else kind)
+    if isinstance(value, bool) and kind is not bool:
+        ok = False
+    if not ok:
+        raise _Bad(f"{field} should be {_KIND_NAMES[kind]}, got {_json_type(value)}")
+    return value
+
+
+def _quote(text):
+    """A token as it is named in messages: quoted, escaped, cut if long."""
+    return show(repr(text))
+
+
+def _get(obj, key, kind, field, default=_MISSING):
+    """obj[key] checked to be of kind; null counts as absent, as serde's Option does."""
+    name = f"{field}.{key}" if field else key
+    value = obj.get(key)
+    if value is None:
+        if default is _MISSING:
+            raise _Bad(f"{name} missing")
+        return default
+    return _check(value, kind, name)
+
+
+def _items(obj, key, kind, field):
+    """obj[key], a list whose items are each of kind: [(item, its field name)]."""
+    name = f"{field}.{key}"
+    return [(_check(v, kind, f"{name}[{i}]"), f"{name}[{i}]") for i, v in enumerate(_get(obj, key, list, field))]
+
+
 # --- loading the components ---------------------------------------------------
 
-def _normalizer(spec):
+def _normalizer(spec, field):
     """tokenizer.json normalizer -> function str -> str (None for no normalizer)."""
     if spec is None:
         return None
-    kind = spec["type"]
+    kind = _get(_check(spec, dict, field), "type", str, field)
     if kind == "Sequence":
-        steps = [_normalizer(s) for s in spec["normalizers"]]
+        steps = [_normalizer(s, name) for s, name in _items(spec, "normalizers", dict, field)]
 
         def sequence(text):
             for step in steps:
@@ -107,7 +166,7 @@ def _normalizer(spec):
         return lambda text: unicodedata.normalize(kind, text)
     if kind == "Lowercase":
         return _lowercase
-    raise _Unsupported(f"normalizer {kind}")
+    raise _Unsupported(f"normalizer {_quote(kind)}")
 
 
 def _lowercase(text):
@@ -115,25 +174,31 @@ def _lowercase(text):
     return "σ".join(part.lower() for part in text.split("Σ"))
 
 
-def _pre_tokenizers(spec):
+def _pre_tokenizers(spec, field):
     """tokenizer.json pre_tokenizer -> list of functions piece -> list of pieces."""
     if spec is None:
         return []
-    kind = spec["type"]
+    kind = _get(_check(spec, dict, field), "type", str, field)
     if kind == "Sequence":
-        return [p for s in spec["pretokenizers"] for p in _pre_tokenizers(s)]
+        return [p for s, name in _items(spec, "pretokenizers", dict, field) for p in _pre_tokenizers(s, name)]
     if kind == "ByteLevel":
-        return [ByteLevel(spec.get("add_prefix_space", True), spec.get("use_regex", True))]
+        return [ByteLevel(_get(spec, "add_prefix_space", bool, field, True),
+                          _get(spec, "use_regex", bool, field, True))]
     if kind == "Split":
-        pattern = spec["pattern"]
+        pattern = _get(spec, "pattern", dict, field)
         if "Regex" in pattern:
-            regex = compile_regex(pattern["Regex"])
+            text = _get(pattern, "Regex", str, field + ".pattern")
         else:
-            regex = compile_regex(_escape_literal(pattern["String"]))
-        return [Split(regex, spec["behavior"], spec.get("invert", False))]
+            text = _escape_literal(_get(pattern, "String", str, field + ".pattern"))
+        behavior, invert = _get(spec, "behavior", str, field), _get(spec, "invert", bool, field, False)
+        try:
+            return [Split(compile_regex(text), behavior, invert)]
+        except ValueError as e:
+            raise _Bad(f"{field}: {e}") from None
     if kind == "Digits":  # Rust's char::is_numeric is \p{N}
-        return [Split(compile_regex(r"\p{N}"), "Isolated" if spec.get("individual_digits") else "Contiguous")]
-    raise _Unsupported(f"pre_tokenizer {kind}")
+        each = _get(spec, "individual_digits", bool, field, False)
+        return [Split(compile_regex(r"\p{N}"), "Isolated" if each else "Contiguous")]
+    raise _Unsupported(f"pre_tokenizer {_quote(kind)}")
 
 
 def _escape_literal(text):
@@ -141,64 +206,111 @@ def _escape_literal(text):
     return "".join(c if c.isalnum() else "\\" + c for c in text)
 
 
-def _post_processor(spec):
+def _post_processor(spec, field):
     """tokenizer.json post_processor -> (prefix ids, suffix ids) put around a single
     sequence when add_special_tokens=True."""
     if spec is None:
         return [], []
-    kind = spec["type"]
+    kind = _get(_check(spec, dict, field), "type", str, field)
     if kind == "ByteLevel":  # only trims offsets
         return [], []
     if kind in ("RobertaProcessing", "BertProcessing"):
-        return [spec["cls"][1]], [spec["sep"][1]]
+        return [_token_pair(spec, "cls", field)], [_token_pair(spec, "sep", field)]
     if kind == "TemplateProcessing":
+        specials = _get(spec, "special_tokens", dict, field, {})
         prefix, suffix, seen_a = [], [], False
-        for item in spec["single"]:
+        for item, name in _items(spec, "single", dict, field):
             if "Sequence" in item:
                 seen_a = True
-            else:
-                ids = spec["special_tokens"][item["SpecialToken"]["id"]]["ids"]
-                (suffix if seen_a else prefix).extend(ids)
+                continue
+            token = _get(_get(item, "SpecialToken", dict, name), "id", str, name + ".SpecialToken")
+            if not isinstance(specials.get(token), dict):
+                raise _Bad(f"{name} names the special token {token!r}, which {field}.special_tokens lacks")
+            ids = [i for i, _ in _items(specials[token], "ids", int, f"{field}.special_tokens[{token!r}]")]
+            (suffix if seen_a else prefix).extend(ids)
         return prefix, suffix
     if kind == "Sequence":  # each processor wraps the output of the one before
         prefix, suffix = [], []
-        for step in spec["processors"]:
-            pre, suf = _post_processor(step)
+        for step, name in _items(spec, "processors", dict, field):
+            pre, suf = _post_processor(step, name)
             prefix, suffix = pre + prefix, suffix + suf
         return prefix, suffix
-    raise _Unsupported(f"post_processor {kind}")
+    raise _Unsupported(f"post_processor {_quote(kind)}")
+
+
+def _token_pair(spec, key, field):
+    """The id of a RobertaProcessing cls/sep entry, ["<s>", 0]."""
+    pair = _get(spec, key, list, field)
+    if len(pair) != 2:
+        raise _Bad(f"{field}.{key} should be a [token, id] pair, got {len(pair)} items")
+    return _check(pair[1], int, f"{field}.{key}[1]")
 
 
 def _check_decoder(spec):
-    kind = spec["type"] if spec else None
+    kind = _get(_check(spec, dict, "decoder"), "type", str, "decoder") if spec is not None else None
     if kind != "ByteLevel":
-        raise _Unsupported(f"decoder {kind} (need ByteLevel)")
+        raise _Unsupported(f"decoder {_quote(kind)} (need ByteLevel)")
 
 
 def _bpe_tables(model):
     """vocab (str -> id) and merges ((id, id) -> (rank, merged id)) of a BPE model."""
-    kind = model.get("type", "BPE")
+    kind = _get(model, "type", str, "model", "BPE")
     if kind != "BPE":
-        raise _Unsupported(f"model type {kind} (only byte-level BPE)")
+        raise _Unsupported(f"model type {_quote(kind)} (only byte-level BPE)")
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
-        if model.get(key):
-            raise _Unsupported(f"BPE {key} {model[key]!r}")
-    if model.get("byte_fallback"):
+        if _get(model, key, str, "model", ""):
+            raise _Unsupported(f"BPE {key} {_quote(model[key])}")
+    if _get(model, "byte_fallback", bool, "model", False):
         raise _Unsupported("BPE byte_fallback")
-    if model.get("dropout"):
+    if _get(model, "dropout", float, "model", 0):
         raise _Unsupported("BPE dropout")
-    vocab = model["vocab"]
+    vocab = _get(model, "vocab", dict, "model")
+    for text, i in vocab.items():
+        _check(i, int, f"model.vocab[{_quote(text)}]")
     merges = {}
-    for rank, merge in enumerate(model["merges"]):
+    for rank, (merge, name) in enumerate(_items(model, "merges", (str, list), "model")):
         pair = merge.split(" ") if isinstance(merge, str) else merge  # "a b" or ["a", "b"]
-        if len(pair) != 2:
-            raise ValueError(f"merge {merge!r} is not a pair of tokens")
+        if len(pair) != 2 or not all(isinstance(t, str) for t in pair):
+            raise _Bad(f"{name} {_quote(merge)} is not a pair of tokens")
         a, b = pair
-        try:
-            merges[vocab[a], vocab[b]] = (rank, vocab[a + b])
-        except KeyError as e:
-            raise ValueError(f"merge {merge!r} uses {e} which is not in the vocab") from None
+        missing = next((t for t in (a, b, a + b) if t not in vocab), None)
+        if missing is not None:
+            raise _Bad(f"{name} {_quote(merge)} uses {_quote(missing)}, which is not in model.vocab")
+        merges[vocab[a], vocab[b]] = (rank, vocab[a + b])
     return vocab, merges
+
+
+def _added_entries(spec):
+    """added_tokens, each checked: an id, a non-empty content, boolean flags."""
+    if spec.get("added_tokens") is None:
+        return []
+    entries = []
+    for entry, name in _items(spec, "added_tokens", dict, ""):
+        _check(entry.get("id"), int, name + ".id")
+        if not _get(entry, "content", str, name):
+            raise _Bad(f"{name}.content is empty")
+        for flag in ("special", "normalized", "lstrip", "rstrip", "single_word"):
+            _get(entry, flag, bool, name, False)
+        entries.append(entry)
+    return entries
+
+
+def _check_ids(vocab, entries, bound, has_unk):
+    """Every id in 0..bound-1 (bound: what the file can define; checked before anything is sized
+    by an id), no two vocab tokens sharing one, and, without an unk token, every byte stand-in
+    present: byte-level BPE spells any text with them, and a missing one would drop text silently."""
+    owner = {}
+    for text, i in [*vocab.items(), *((e["content"], e["id"]) for e in entries)]:
+        if not 0 <= i < bound:
+            raise _Bad(f"token {_quote(text)} has id {i}, outside 0..{bound - 1} (the file defines {bound} tokens)")
+    for text, i in vocab.items():
+        if i in owner:
+            raise _Bad(f"model.vocab gives id {i} to both {_quote(owner[i])} and {_quote(text)}")
+        owner[i] = text
+    missing = next((c for c in CHAR_TO_BYTE if c not in vocab), None)
+    if missing is not None and not has_unk:
+        raise _Bad(f"model.vocab lacks {_quote(missing)}, the token of byte 0x{CHAR_TO_BYTE[missing]:02x}, "
+                   "which a byte-level BPE needs")
 
 
 # --- added tokens -------------------------------------------------------------
@@ -287,18 +399,23 @@ def bpe_merge(ids, merges):
 class Tokenizer:
     """A byte-level BPE tokenizer read from a Hugging Face tokenizer.json."""
 
-    def __init__(self, spec):
-        """spec: the parsed tokenizer.json. Prefer from_file, which reports bad files."""
-        model = spec["model"]
+    def __init__(self, spec, size=None):
+        """spec: the parsed tokenizer.json; size: how many ids the file can define (default: its
+        vocab entries + added tokens). Prefer from_file, which reports bad files."""
+        model = _get(spec, "model", dict, "")
         self.vocab, self.merges = _bpe_tables(model)
-        self.ignore_merges = model.get("ignore_merges", False)
-        self.unk_id = self.vocab[model["unk_token"]] if model.get("unk_token") else None
-        self.fuse_unk = model.get("fuse_unk", False)
-        self.normalize = _normalizer(spec.get("normalizer"))
-        self.pre_tokenizers = _pre_tokenizers(spec.get("pre_tokenizer"))
+        self.ignore_merges = _get(model, "ignore_merges", bool, "model", False)
+        unk = _get(model, "unk_token", str, "model", None)
+        if unk is not None and unk not in self.vocab:
+            raise _Bad(f"model.unk_token {_quote(unk)} is not in model.vocab")
+        self.unk_id = self.vocab[unk] if unk else None
+        self.fuse_unk = _get(model, "fuse_unk", bool, "model", False)
+        self.normalize = _normalizer(spec.get("normalizer"), "normalizer")
+        self.pre_tokenizers = _pre_tokenizers(spec.get("pre_tokenizer"), "pre_tokenizer")
         _check_decoder(spec.get("decoder"))
 
-        entries = spec.get("added_tokens") or []
+        entries = _added_entries(spec)
+        _check_ids(self.vocab, entries, len(self.vocab) + len(entries) if size is None else size, unk is not None)
         self.raw_added = _AddedTokens([e for e in entries if not e.get("normalized")], None)
         self.norm_added = _AddedTokens([e for e in entries if e.get("normalized")], self.normalize)
         self.added = {e["content"]: e["id"] for e in entries}
@@ -313,7 +430,10 @@ class Tokenizer:
             if entry.get("normalized") and self.normalize:
                 text = self.normalize(text)
             self.tokens[entry["id"]] = text
-        self.prefix_ids, self.suffix_ids = _post_processor(spec.get("post_processor"))
+        self.prefix_ids, self.suffix_ids = _post_processor(spec.get("post_processor"), "post_processor")
+        bad = next((i for i in self.prefix_ids + self.suffix_ids if not 0 <= i < size), None)
+        if bad is not None:
+            raise _Bad(f"post_processor adds the id {bad}, outside the vocabulary 0..{size - 1}")
         self.pre_name = gguf_pre_name(spec)  # what GGUF calls the pre-tokenizer, None if it has no name
         self.added_entries = entries
         self._bpe_cache = {}                 # pre-token -> ids
@@ -333,20 +453,22 @@ class Tokenizer:
         except json.JSONDecodeError as e:
             where = f"line {e.lineno} column {e.colno}"
             raise ModelError(f"{path}: tokenizer is not valid JSON: {e.msg} at {where}") from None
+        except RecursionError:
+            raise ModelError(f"{path}: tokenizer JSON is nested too deeply") from None
         if not isinstance(spec, dict):
             raise ModelError(f"{path}: bad tokenizer: top level is not a JSON object")
         return cls._build(spec, path)
 
     @classmethod
-    def _build(cls, spec, where):
+    def _build(cls, spec, where, size=None):
         try:
-            return cls(spec)
+            return cls(spec, size)
         except _Unsupported as e:
             raise ModelError(f"{where}: unsupported tokenizer component: {e}") from None
-        except KeyError as e:
-            raise ModelError(f"{where}: bad tokenizer: missing or unknown key {e}") from None
-        except (TypeError, ValueError, AttributeError, IndexError) as e:
-            raise ModelError(f"{where}: bad tokenizer: {e}") from None
+        except _Bad as e:
+            raise ModelError(f"{where}: {e}") from None
+        except RecursionError:    # Sequences inside Sequences, a thousand deep
+            raise ModelError(f"{where}: tokenizer components are nested too deeply") from None
 
     @classmethod
     def from_gguf(cls, meta, where):
@@ -366,12 +488,12 @@ class Tokenizer:
             return value
 
         if get("model", str, "") != "gpt2":
-            raise ModelError(f"{where}: {key}model {meta.get(key + 'model')!r} not supported "
+            raise ModelError(f"{where}: {key}model {_quote(meta.get(key + 'model'))} not supported "
                              "(only 'gpt2', a byte-level BPE)")
         pre = get("pre", str, "default")
         pre = "gpt-2" if pre == "default" else pre
         if pre not in GGUF_PRE:
-            raise ModelError(f"{where}: {key}pre {pre!r} not supported (supported: {', '.join(GGUF_PRE)})")
+            raise ModelError(f"{where}: {key}pre {_quote(pre)} not supported (supported: {', '.join(GGUF_PRE)})")
         tokens = get("tokens", list)
         types = get("token_type", list, [NORMAL] * len(tokens))
         if len(types) != len(tokens):
@@ -388,11 +510,13 @@ class Tokenizer:
         model = {"type": "BPE", "vocab": vocab, "merges": get("merges", list, []), "ignore_merges": ignore_merges,
                  "unk_token": tokens[unk] if 0 <= unk < len(tokens) else None}
         tok = cls._build({"model": model, "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
-                          "decoder": {"type": "ByteLevel"}, "added_tokens": added}, where)
+                          "decoder": {"type": "ByteLevel"}, "added_tokens": added}, where, len(tokens))
         for flag, name, ids in (("add_bos_token", "bos_token_id", tok.prefix_ids),
                                 ("add_eos_token", "eos_token_id", tok.suffix_ids)):
             if meta.get(key + flag) is True:
                 ids.append(get(name, int))
+                if not 0 <= ids[-1] < len(tokens):
+                    raise ModelError(f"{where}: {key}{name} {ids[-1]} is outside the {len(tokens)} tokens")
         return tok
 
     def gguf_metadata(self, vocab_size, where):
@@ -405,7 +529,7 @@ class Tokenizer:
         for e in self.added_entries:
             flags = [k for k in ("lstrip", "rstrip", "single_word") if e.get(k)]
             if flags or (e.get("normalized") and self.normalize):
-                raise ModelError(f"{where}: added token {e['content']!r} is {(flags or ['normalized'])[0]}, "
+                raise ModelError(f"{where}: added token {_quote(e['content'])} is {(flags or ['normalized'])[0]}, "
                                  "which GGUF cannot carry")
         if self.fuse_unk:
             raise ModelError(f"{where}: BPE fuse_unk cannot be carried by GGUF")
@@ -419,7 +543,7 @@ class Tokenizer:
         pairs = [(by_id[a], by_id[b]) for (a, b), _ in sorted(self.merges.items(), key=lambda m: m[1][0])]
         spaced = next((p for p in pairs if " " in p[0] + p[1]), None)
         if spaced:   # GGUF spells a merge "a b": a space inside a token would make it ambiguous
-            raise ModelError(f"{where}: the merge {spaced!r} has a space inside a token, which GGUF cannot spell")
+            raise ModelError(f"{where}: the merge {_quote(spaced)} has a space inside a token, which GGUF cannot spell")
         merges = [f"{a} {b}" for a, b in pairs]
         meta = {"tokenizer.ggml.model": ("string", "gpt2"), "tokenizer.ggml.pre": ("string", self.pre_name),
                 "tokenizer.ggml.tokens": ("array[string]", tokens),
