@@ -74,6 +74,8 @@ class Letters:
     def decode(self, ids):
         return "".join("$" if i == EOS else "#" if i == MASK else chr(ord("a") + i - 4) for i in ids)
 
+    text = decode
+
     def token_to_id(self, token):
         return {"<|mdm_mask|>": MASK}.get(token)
 
@@ -451,7 +453,7 @@ def test_live_view_redraws_in_a_terminal_and_prints_only_text_otherwise():
 
 
 def test_live_view_never_writes_control_characters_from_the_model():
-    tok = SimpleNamespace(decode=lambda ids: "x\x1b[2Jy\tz")
+    tok = SimpleNamespace(text=lambda ids: "x\x1b[2Jy\tz")
     stream = Terminal()
     view = LiveView(tok, stream)
     view.on_step(0, np.array([4, 5]), np.array([True, True]))

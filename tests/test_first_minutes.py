@@ -217,3 +217,12 @@ def test_a_row_with_no_finite_logit_is_a_model_error():
         for temperature in (0.0, 1.0):
             with pytest.raises(ModelError, match="NaN or -inf"):
                 Sampler(SamplingParams(temperature=temperature, seed=1, top_p=0.9))(row, [])
+
+
+def test_the_tokenizer_refuses_what_is_not_text_or_its_ids(model):
+    tok = model.tokenizer
+    for call, words in ((lambda: tok.decode([1.5]), "1.5"), (lambda: tok.decode([tok.vocab_size + 5]), "not a token id"),
+                        (lambda: tok.decode([-1]), "not a token id"), (lambda: tok.encode(None), "NoneType")):
+        with pytest.raises(UsageError, match=words):
+            call()
+    assert tok.text([tok.vocab_size + 5]) == ""                # a model's padded id: skipped, as tokenizers does

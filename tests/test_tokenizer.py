@@ -120,9 +120,11 @@ def test_decode_bytes_streams_across_token_boundaries():
     assert tok.decode(ids[:1]) == "\ufffd"
 
 
-def test_unknown_ids_decode_to_nothing():
+def test_unknown_ids_are_skipped_in_a_models_output_and_refused_from_a_caller():
     tok = load("gpt2")
-    assert tok.decode([tok.token_to_id("a"), 10**6, tok.token_to_id("b")]) == "ab"
+    assert tok.text([tok.token_to_id("a"), 10**6, tok.token_to_id("b")]) == "ab"       # as tokenizers does
+    with pytest.raises(UsageError, match="not a token id"):
+        tok.decode([tok.token_to_id("a"), 10**6])
 
 
 def test_non_utf8_argv_bytes_survive():

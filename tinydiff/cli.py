@@ -277,8 +277,7 @@ def run_diffusion(args, model, prompt, infill=False, seed=None, echo=False):
         elif view:
             view.on_step(item.index, item.canvas, item.committed)
     out = result.canvas[first:last].tolist() if infill else result.ids
-    stop = next((i for i, t in enumerate(out) if t in model.stop_ids), len(out))
-    text = cut_at_stop(model.tokenizer.decode(out[:stop]), getattr(args, "stop", None))
+    text = cut_at_stop(model.text(out), getattr(args, "stop", None))
     if view:
         view.finish(text)
     else:

@@ -5,6 +5,7 @@ ModelError: the model files are wrong (missing, truncated, a header that lies); 
 Messages name what is wrong and where: the file, the tensor, the flag. is_integer and is_number
 say what a caller's value must be before it is compared (a string compared to 0 is a TypeError).
 """
+import dataclasses
 import numbers
 
 
@@ -18,6 +19,23 @@ class UsageError(TinydiffError, ValueError):
 
 class ModelError(TinydiffError):
     exit_status = 1
+
+
+def check_all(checks):
+    """Raises a UsageError with the message of the first (ok, message) that is not ok."""
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(message)
+
+
+def from_keywords(cls, what, keywords):
+    """cls(**keywords) for an options dataclass, an unknown name being a UsageError that lists the
+    known ones (`what` names the kind: "denoising option", ...)."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = [name for name in keywords if name not in known]
+    if unknown:
+        raise UsageError(f"unknown {what} {unknown[0]!r}; known: {', '.join(known)}")
+    return cls(**keywords)
 
 
 def is_integer(x):

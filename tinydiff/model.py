@@ -239,10 +239,10 @@ class Model:
             raise UsageError(f"steps={steps} is not a multiple of the {n // block_length} blocks "
                              f"({what}={n} / {name}={block_length}); each block gets steps / blocks")
 
-    def _text(self, ids):
+    def text(self, ids):
         """The text of generated ids, up to the first EOS."""
         end = next((i for i, t in enumerate(ids) if t in self.stop_ids), len(ids))
-        return self._tokenizer().decode(ids[:end])
+        return self._tokenizer().text(ids[:end])
 
     # -- logits --------------------------------------------------------------------------------
 
@@ -324,7 +324,7 @@ class Model:
 
     def denoise(self, prompt, gen_length=128, *, on_step=None, **options):
         """The generated text: the prompt followed by gen_length masks, denoised step by step."""
-        return self._text(self.denoise_ids(self.encode_prompt(prompt), gen_length, on_step=on_step, **options))
+        return self.text(self.denoise_ids(self.encode_prompt(prompt), gen_length, on_step=on_step, **options))
 
     def denoise_stream(self, prompt, gen_length=128, **options):
         """Yields (step, canvas_ids, committed_mask) after every denoising step."""
@@ -345,7 +345,7 @@ class Model:
             return self.denoise_result(ids, on_step=on_step, fixed=ids != self._mask(), **options).ids
         ids, first, last = self.holes(text)
         filled = self.denoise_result(ids, on_step=on_step, fixed=np.asarray(ids) != self.mask_id, **options).ids
-        return self._tokenizer().decode(filled[first:last])
+        return self._tokenizer().text(filled[first:last])
 
     # -- what it is -------------------------------------------------------------------------
 

@@ -70,14 +70,14 @@ block_length holes, left to right.
 """
 import re
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
 from ..engine import cost, ledger
 from ..engine.masks import BIDIRECTIONAL
-from ..errors import UsageError, is_integer, is_number
+from ..errors import UsageError, check_all, from_keywords, is_integer, is_number
 from .sampling import gumbel_max, restrict
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
@@ -158,7 +158,7 @@ class Options:
             if getattr(self, name) not in allowed:
                 names = ", ".join("None" if a is None else a for a in allowed)
                 raise UsageError(f"{name} must be one of {names}; got {getattr(self, name)!r}")
-        checks = [
+        check_all([
             (self.steps is None or is_integer(self.steps) and self.steps >= 1,
              f"steps must be an integer >= 1, got {self.steps!r}"),
             (self.block_length is None or is_integer(self.block_length) and self.block_length >= 1,
@@ -181,10 +181,7 @@ class Options:
             (is_number(self.cfg_scale) and self.cfg_scale >= 0, f"cfg_scale must be >= 0, got {self.cfg_scale!r}"),
             (self.seed is None or is_integer(self.seed) and self.seed >= 0,
              f"seed must be an integer >= 0, got {self.seed!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UsageError(message)
+        ])
         rules = [n for n in ("threshold", "factor", "entropy_bound") if getattr(self, n) is not None]
         if len(rules) > 1:
             raise UsageError(f"give at most one of threshold, factor, entropy_bound; got {' and '.join(rules)}")
@@ -203,11 +200,7 @@ class Options:
     @classmethod
     def of(cls, **options):
         """Options from keywords, an unknown name being a UsageError that lists the known ones."""
-        known = [f.name for f in fields(cls)]
-        unknown = [name for name in options if name not in known]
-        if unknown:
-            raise UsageError(f"unknown denoising option {unknown[0]!r}; known: {', '.join(known)}")
-        return cls(**options)
+        return from_keywords(cls, "denoising option", options)
 
     @property
     def adaptive(self):

@@ -10,13 +10,13 @@ Autoregressive decoding (generate.py) samples one row at a time through a Sample
 are llama.cpp's (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty); masked
 diffusion (diffusion.py) calls restrict() and gumbel_max() on many rows at once.
 """
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from ..engine import cost, ledger
-from ..errors import ModelError, UsageError, is_integer, is_number
+from ..errors import ModelError, check_all, from_keywords, is_integer, is_number
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class SamplingParams:
     seed: Optional[int] = None
 
     def __post_init__(self):
-        checks = [
+        check_all([
             (is_number(self.temperature) and self.temperature >= 0,
              f"temperature must be >= 0, got {self.temperature!r}"),
             (is_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
@@ -42,19 +42,12 @@ class SamplingParams:
              f"repeat_last_n must be an integer >= 0, got {self.repeat_last_n!r}"),
             (self.seed is None or is_integer(self.seed) and self.seed >= 0,
              f"seed must be an integer >= 0 (or None: a fresh one), got {self.seed!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UsageError(message)
+        ])
 
     @classmethod
     def of(cls, **params):
         """SamplingParams from keywords, an unknown name being a UsageError that lists the known ones."""
-        known = [f.name for f in fields(cls)]
-        unknown = [name for name in params if name not in known]
-        if unknown:
-            raise UsageError(f"unknown sampling option {unknown[0]!r}; known: {', '.join(known)}")
-        return cls(**params)
+        return from_keywords(cls, "sampling option", params)
 
 
 class Sampler:

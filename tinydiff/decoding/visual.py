@@ -61,7 +61,7 @@ class LiveView:
     def _decode(self, ids):
         if self.tokenizer is None:
             return "".join(f"<{i}>" for i in ids)
-        return self.tokenizer.decode([int(i) for i in ids])
+        return self.tokenizer.text([int(i) for i in ids])
 
     def _redraw(self, runs):
         runs = [(s, _printable(text)) for s, text in runs]

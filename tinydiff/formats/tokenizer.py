@@ -24,7 +24,7 @@ import heapq
 import json
 import unicodedata
 
-from ..errors import ModelError, UsageError
+from ..errors import ModelError, UsageError, is_integer
 from .files import show
 from .pretokenizer import (
     CHAR_TO_BYTE,
@@ -557,6 +557,8 @@ class Tokenizer:
 
     def encode(self, text, add_special_tokens=True):
         """Text -> token ids; add_special_tokens puts BOS/EOS as the post-processor says."""
+        if not isinstance(text, str):
+            raise UsageError(f"encode takes text (str), got {type(text).__name__}")
         try:
             ids = self._encode(text)
         except UnicodeEncodeError as e:
@@ -624,7 +626,18 @@ class Tokenizer:
         return bytes(out)
 
     def decode(self, ids, skip_special_tokens=False):
-        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
+        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD. An id that is not a
+        whole number, or not one of this tokenizer's, is a UsageError (decode_bytes, which the
+        decoders use on a model's output, skips those it does not know, as tokenizers does)."""
+        ids = list(ids)
+        bad = next((i for i in ids if not is_integer(i) or not 0 <= i < len(self.tokens)), None)
+        if bad is not None:
+            raise UsageError(f"decode: {bad!r} is not a token id of this tokenizer (0..{len(self.tokens) - 1})")
+        return self.text(ids, skip_special_tokens)
+
+    def text(self, ids, skip_special_tokens=False):
+        """decode() for ids a model produced: an id past the tokenizer's (a padded vocabulary) is
+        skipped, as tokenizers skips it."""
         return self.decode_bytes(ids, skip_special_tokens).decode("utf-8", errors="replace")
 
     def _token_bytes(self, i):

@@ -429,7 +429,7 @@ def judge_row(model, judge, samples, setting, passes=0.0, seconds=0.0):
     nats, tokens = ar_seq_nll(judge, samples)
     generated = [[t for t in s.ids[s.first:] if t not in model.stop_ids] for s in samples]
     entropy = float(np.mean([unigram_entropy(g) if g else 0.0 for g in generated]))
-    texts = [model.tokenizer.decode(g) for g in generated]
+    texts = [model.tokenizer.text(g) for g in generated]
     return JudgeRow(setting, samples, texts, float(nats.sum()), int(tokens.sum()), entropy, passes, seconds)
 
 
