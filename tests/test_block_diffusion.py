@@ -73,3 +73,33 @@ def test_bad_block_sizes_are_usage_errors(ar, kwargs, words):
 def test_block_size_refuses_an_infill(ar):
     with pytest.raises(UsageError, match="block_size decodes a continuation"):
         as_block_model(ar).infill([5, 319, 319, 7], block_size=1)
+
+
+def block_model_dir(tmp_path, **overrides):
+    """The llama-gqa fixture as a block-diffusion checkpoint: config.json says so."""
+    import json
+    import shutil
+    dst = tmp_path / "bd"
+    shutil.copytree(MODEL, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.update({"is_causal": False, "mask_token_id": 319, "block_size": 4, **overrides})
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_the_models_config_decides_the_block_size_and_gguf_keeps_it(tmp_path):
+    from tinydiff.convert import convert
+    m = tinydiff.load(str(block_model_dir(tmp_path)))
+    assert m.config.block_size == 4
+    P = len(m.encode_prompt("Once upon a time"))
+    spans = [s.span for s in list(m.denoise_steps(m.encode_prompt("Once upon a time"), 8, steps=8))[:-1]]
+    assert spans == [(P + 4 * (i // 4), P + 4 * (i // 4) + 4) for i in range(8)]
+    convert(str(tmp_path / "bd"), str(tmp_path / "bd.gguf"), "f32")
+    assert tinydiff.load(str(tmp_path / "bd.gguf")).config.block_size == 4
+
+
+@pytest.mark.parametrize("bad", [0, 10 ** 6, "4", 2.5])
+def test_a_config_block_size_that_is_no_block_is_a_model_error(tmp_path, bad):
+    from tinydiff.errors import ModelError
+    with pytest.raises(ModelError, match="block_size"):
+        tinydiff.load(str(block_model_dir(tmp_path, block_size=bad)))

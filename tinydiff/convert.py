@@ -67,6 +67,8 @@ def _config_metadata(cfg, arch, wtype, name):
         meta[a + "attention.causal"] = ("bool", False)
     if not ARCHITECTURES[arch].causal:
         meta["diffusion.shift_logits"] = ("bool", cfg.shifted_logits)
+    if cfg.block_size is not None:
+        meta["tinydiff.block_size"] = ("uint32", cfg.block_size)
     return meta
 
 

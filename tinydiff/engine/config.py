@@ -39,6 +39,7 @@ class Config:
     bos_token_id: Optional[int] = None
     eos_token_ids: tuple = ()        # generation stops at any of these
     mask_token_id: Optional[int] = None
+    block_size: Optional[int] = None  # block diffusion: attention causal across blocks of this many positions
     dtype: str = "float32"           # as stored, informational
 
     @property
@@ -122,6 +123,7 @@ def config_from_dict(raw, where="config.json"):
         bos_token_id=_token_id(raw, "bos_token_id", where),
         eos_token_ids=_token_ids(raw, "eos_token_id", where),
         mask_token_id=_token_id(raw, "mask_token_id", where),
+        block_size=get("block_size", int, None),
         dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
     )
     check_shapes(cfg, where)
@@ -246,3 +248,6 @@ def check_shapes(cfg, where):
                          f"of num_key_value_heads={cfg.num_key_value_heads}")
     if cfg.head_dim % 2:
         raise ModelError(f"{where}: head_dim={cfg.head_dim} must be even for RoPE")
+    if cfg.block_size is not None and not 1 <= cfg.block_size <= cfg.max_position_embeddings:
+        raise ModelError(f"{where}: field 'block_size' is {cfg.block_size}, not a block of 1.."
+                         f"{cfg.max_position_embeddings} positions")

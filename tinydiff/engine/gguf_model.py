@@ -5,6 +5,8 @@ Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.p
     models), {arch}.context_length, .embedding_length, .block_count, .feed_forward_length,
     .attention.head_count, .attention.head_count_kv, .attention.key_length (head_dim),
     .rope.freq_base, .attention.layer_norm_rms_epsilon, .attention.causal; diffusion.shift_logits;
+    tinydiff.block_size (tinydiff's own key, uint32: a block-diffusion model's block size, which
+    llama.cpp has no key for; config.json's "block_size");
     tokenizer.ggml.* for the tokenizer (tokenizer.py, Tokenizer.from_gguf).
   - tensors: token_embd, blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm /
     ffn_gate / ffn_up / ffn_down, output_norm, output (absent when tied): weights.GGUF_NAMES.
@@ -129,6 +131,7 @@ def config_from_gguf(f):
         eos_token_ids=tuple(dict.fromkeys(ids[k] for k in ("eos_token_id", "eot_token_id", "eom_token_id")
                                           if ids[k] >= 0)),
         mask_token_id=ids["mask_token_id"] if ids["mask_token_id"] >= 0 else None,
+        block_size=get("tinydiff.block_size", int, 0) or None,
         dtype=max(counts, key=counts.get).lower() if counts else "f32",
     )
     check_shapes(cfg, show(f.path))
