@@ -6,8 +6,36 @@ No -march=native: the AVX2 and AVX-512 kernels are compiled per function (target
 picked at load time from the CPU, so one build runs on any x86-64; the plain C path builds anywhere.
 """
 import glob
+import os
+import shlex
+import shutil
+import sys
+import sysconfig
 
 from cffi import FFI
+
+INSTALL_HINT = ("install one: Debian/Ubuntu `apt install build-essential python3-dev`, "
+                "Fedora `dnf install gcc python3-devel`, macOS `xcode-select --install`")
+
+
+def missing_toolchain():
+    """What the build lacks, as one line, or None. Checked before cffi and setuptools start, whose
+    own failure is ~60 lines of traceback ending in `No such file or directory: cc`."""
+    if os.name == "nt":
+        return "tinydiff does not build on Windows (the kernels need pthreads and GCC or Clang); use WSL"
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    compiler = shlex.split(cc)[0]
+    if not shutil.which(compiler):
+        return f"tinydiff needs a C compiler and found none (looked for {compiler!r}, from CC or Python's build settings); {INSTALL_HINT}"
+    headers = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(headers, "Python.h")):
+        return f"tinydiff needs the Python headers and found no Python.h in {headers}; {INSTALL_HINT}"
+    return None
+
+
+problem = missing_toolchain()
+if problem:
+    sys.exit(problem)
 
 SOURCES = ["cpu.c", "threads.c", "matmul.c", "quant.c", "gemm_q8.c", "attention.c", "norm.c", "rope.c", "activation.c", "layer.c", "roofline.c"]
 
