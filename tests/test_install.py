@@ -1,4 +1,4 @@
-"""Building the package: a missing compiler is one line.
+"""Building the package: a missing compiler is one line, and a build leaves nothing behind.
 
 These run the build itself (setup.py through pip, csrc/build_ffi.py) in subprocesses on a copy of
 the project, as `pip install .` builds (in an isolated environment from the package index).
@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,22 @@ def test_pip_without_compiler_says_so(tmp_path):
     assert "tinydiff needs a C compiler" in run.stdout + run.stderr
     assert "No such file or directory" not in run.stdout + run.stderr
 
+
+def test_build_leaves_no_tree_behind_and_no_stale_module(tmp_path):
+    """A module deleted from tinydiff/ is not in the next wheel (setuptools' in-tree build/lib kept
+    it), and neither build/ nor tinydiff.egg-info nor the temporary build directory remain."""
+    src, tmp = copy_project(tmp_path / "src"), tmp_path / "tmp"
+    tmp.mkdir()
+    probe = src / "tinydiff" / "stale_probe.py"
+    probe.write_text("GONE = False\n")
+    for build, want_probe in [("first", True), ("second", False)]:
+        dist = tmp_path / build
+        run = pip_wheel(src, dist, TMPDIR=str(tmp))
+        assert run.returncode == 0, run.stdout + run.stderr
+        (wheel,) = dist.glob("*.whl")
+        names = zipfile.ZipFile(wheel).namelist()
+        assert any(n.startswith("tinydiff/_kernels") for n in names)
+        assert ("tinydiff/stale_probe.py" in names) == want_probe, build
+        assert sorted(p.name for p in src.iterdir()) == sorted(PROJECT)
+        assert not list(tmp.glob("tinydiff-build-*"))
+        probe.unlink(missing_ok=True)
