@@ -4,6 +4,9 @@ setup.py uses `ffi` through cffi_modules, with paths relative to the project roo
 runs; for development build in place with `pip install -e . --no-build-isolation`.
 No -march=native: the AVX2 and AVX-512 kernels are compiled per function (target attributes) and
 picked at load time from the CPU, so one build runs on any x86-64; the plain C path builds anywhere.
+
+TINYDIFF_SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer (.ci/run's second
+step); such a build runs only under a Python with libasan preloaded.
 """
 import glob
 import os
@@ -42,6 +45,10 @@ SOURCES = ["cpu.c", "threads.c", "matmul.c", "quant.c", "gemm_q8.c", "attention.
 with open("csrc/tinydiff.h") as f:  # cffi's cdef takes plain declarations: drop the '#' lines
     CDEF = "".join(line for line in f if not line.lstrip().startswith("#"))
 
+# -O1 after -O3 wins: ASan's reports name the right lines; UB halts instead of printing and going on
+SANITIZE = (["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
+             "-g", "-O1"] if os.environ.get("TINYDIFF_SANITIZE") == "1" else [])
+
 ffi = FFI()
 ffi.cdef(CDEF)
 ffi.set_source(
@@ -50,7 +57,7 @@ ffi.set_source(
     sources=["csrc/" + s for s in SOURCES],
     depends=glob.glob("csrc/*.h"),
     include_dirs=["csrc"],
-    extra_compile_args=["-O3", "-pthread", "-ffp-contract=fast", "-Wno-psabi"],
-    extra_link_args=["-pthread"],
+    extra_compile_args=["-O3", "-pthread", "-ffp-contract=fast", "-Wno-psabi"] + SANITIZE,
+    extra_link_args=["-pthread"] + SANITIZE,
     libraries=["m"],
 )
