@@ -16,11 +16,13 @@
    variable (no spinning while idle). The watch is what makes two threads pay off on small
    matrices: waking a sleeping thread costs ~50-70 us on a VM, more than a 256x256 matvec, while the
    next kernel of a forward pass comes a few us after the last. But a worker that came too late to
-   claim a part of the last job it saw does not watch: the cores are busy, the caller does the work
-   without it, and its watching would only take a core from the caller. It sleeps until a job wakes
-   it and watches again once it gets there in time. The caller watches for running parts to finish
-   before it sleeps. Both watches yield the core (sched_yield) now and then, to a thread of another
-   process that is waiting for it. A pool's job mutex lets one job run at a time on
+   claim a part of the last job it saw halves its watch for each such miss in a row, down to
+   TD_SPIN_US / 16: the cores are busy, the caller does the work without it, and a long watch would
+   only take a core from the caller. The short watch still lets it catch a job in time once the
+   cores are free again, which gives it back the whole watch (never watching after a miss, a worker
+   woken ~60 us late for each small job would stay late after the load is gone). The caller watches
+   for running parts to finish before it sleeps. Both watches yield the core (sched_yield) now and
+   then, to a thread of another process that is waiting for it. A pool's job mutex lets one job run at a time on
    it, so kernels called on one pool from several Python threads at once simply queue up. A kernel
    that needs several jobs in a row, or scratch memory between them, holds the pool across them
    (td_pool_enter / td_pool_leave).
@@ -39,6 +41,7 @@
 
 #define TD_MIN_COST_PER_THREAD 65536.0 /* float ops (some us of work) worth handing to a watching worker */
 #define TD_SPIN_US 200                 /* how long a worker (or the caller) watches before sleeping */
+#define TD_MAX_MISSES 4                /* a late worker's watch: TD_SPIN_US >> misses in a row, at most this */
 
 struct td_worker {
     pthread_t thread;
@@ -102,11 +105,11 @@ static void cpu_relax(void)
 #endif
 }
 
-/* Watches *x (read without the lock) for up to TD_SPIN_US until (*x == value) == equal; 1 if it came.
-   Every 256 pauses (some us) it yields: free when no other thread waits for this core. */
-static int watch_for(const unsigned *x, unsigned value, int equal)
+/* Watches *x (read without the lock) for up to us microseconds until (*x == value) == equal; 1 if it
+   came. Every 256 pauses (some us) it yields: free when no other thread waits for this core. */
+static int watch_for(const unsigned *x, unsigned value, int equal, int us)
 {
-    int64_t until = now_us() + TD_SPIN_US;
+    int64_t until = now_us() + us;
     for (int i = 1;; i++) {
         if ((__atomic_load_n(x, __ATOMIC_ACQUIRE) == value) == equal)
             return 1;
@@ -135,13 +138,13 @@ static void *worker_main(void *arg)
 {
     struct td_worker *w = arg;
     struct td_pool *p = w->pool;
-    int in_time = 1; /* whether it claimed a part of the last job it saw: then it watches */
+    int misses = 0; /* jobs in a row it woke for after the caller and workers had claimed every part */
     pthread_mutex_lock(&p->lock);
     unsigned seen = p->spawned_at;
     for (;;) {
-        if (in_time && p->generation == seen) {
+        if (p->generation == seen) {
             pthread_mutex_unlock(&p->lock);
-            watch_for(&p->generation, seen, 0);
+            watch_for(&p->generation, seen, 0, TD_SPIN_US >> misses);
             pthread_mutex_lock(&p->lock);
         }
         while (p->generation == seen)
@@ -157,7 +160,7 @@ static void *worker_main(void *arg)
         unsigned ran = 0;
         for (int part; (part = claim_part(p, seen, nparts)) >= 0; ran++)
             run_part(fn, ctx, ntasks, nparts, part);
-        in_time = ran > 0;
+        misses = ran ? 0 : misses < TD_MAX_MISSES ? misses + 1 : misses;
         pthread_mutex_lock(&p->lock);
         if (ran && __atomic_add_fetch(&p->done, ran, __ATOMIC_RELEASE) == (unsigned)nparts)
             pthread_cond_signal(&p->finish);
@@ -402,7 +405,7 @@ void td_parallel_run(td_range_fn fn, void *ctx, int64_t ntasks, double cost)
         run_part(fn, ctx, ntasks, (int)nparts, part);
     if (__atomic_add_fetch(&p->done, ran, __ATOMIC_ACQ_REL) == (unsigned)nparts)
         return;
-    watch_for(&p->done, (unsigned)nparts, 1);
+    watch_for(&p->done, (unsigned)nparts, 1, TD_SPIN_US);
     pthread_mutex_lock(&p->lock);
     while (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) != (unsigned)nparts)
         pthread_cond_wait(&p->finish, &p->lock);
