@@ -22,10 +22,11 @@
    cores are free again, which gives it back the whole watch (never watching after a miss, a worker
    woken ~60 us late for each small job would stay late after the load is gone). The caller watches
    for running parts to finish before it sleeps. Both watches yield the core (sched_yield) now and
-   then, to a thread of another process that is waiting for it. A pool's job mutex lets one job run at a time on
-   it, so kernels called on one pool from several Python threads at once simply queue up. A kernel
-   that needs several jobs in a row, or scratch memory between them, holds the pool across them
-   (td_pool_enter / td_pool_leave).
+   then, to a thread of another process that is waiting for it.
+
+   A pool's job mutex lets one job run at a time on it, so kernels called on one pool from several
+   Python threads at once simply queue up. A kernel that needs several jobs in a row, or scratch
+   memory between them, holds the pool across them (td_pool_enter / td_pool_leave).
 
    fork: every pool is on one list; each pool's job mutex is held across fork, so no job is
    half-run, and the child's pools have no workers: they make new ones on their next job.
