@@ -1,6 +1,17 @@
 # Builds the package and its C kernels. The kernels in csrc/ are compiled by cffi in
 # out-of-line API mode (csrc/build_ffi.py), so `pip install .` needs only a C compiler.
+import atexit
+import shutil
+import tempfile
+
 from setuptools import find_packages, setup
+
+# Every build starts from an empty directory outside the tree, removed when setup.py exits: an
+# in-tree build/lib outlives the sources, so a module deleted from tinydiff/ would still be packed
+# into the next wheel, and `pip install .` would leave build/ and tinydiff.egg-info behind. The cost
+# is a full compile of csrc/ every time (~10 s).
+BUILD = tempfile.mkdtemp(prefix="tinydiff-build-")
+atexit.register(shutil.rmtree, BUILD, ignore_errors=True)
 
 setup(
     name="tinydiff",
@@ -25,4 +36,5 @@ setup(
     },
     entry_points={"console_scripts": ["tinydiff = tinydiff.cli:main"]},
     zip_safe=False,
+    options={"build": {"build_base": BUILD}, "egg_info": {"egg_base": BUILD}},
 )

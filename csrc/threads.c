@@ -6,15 +6,27 @@
    runs on the calling thread's current pool, a thread-local pointer set by td_pool_use (NULL: the
    default pool, which td_set_threads sizes for code that never makes a pool).
 
-   After a job, workers watch for the next one for up to TD_SPIN_US, then sleep on a condition
+   A job is fn over [0, ntasks) cut into nparts contiguous ranges (at most one per thread). The parts
+   are claimed, not assigned: the calling thread runs part 0, then claims and runs every part no
+   worker has claimed yet, and waits only for parts a worker is running. So a worker that is not on
+   a core when the job comes (the cores busy with other processes) costs nothing: the caller does
+   its share. The ranges do not depend on who runs them, so results are the same bit for bit.
+
+   After a job, a worker watches for the next one for up to TD_SPIN_US, then sleeps on a condition
    variable (no spinning while idle). The watch is what makes two threads pay off on small
    matrices: waking a sleeping thread costs ~50-70 us on a VM, more than a 256x256 matvec, while the
-   next kernel of a forward pass comes a few us after the last. The caller likewise watches for the
-   workers to finish before it sleeps. A job is fn over [0, ntasks) cut into one contiguous range per
-   thread; the calling thread runs range 0 itself. A pool's job mutex lets one job run at a time on
-   it, so kernels called on one pool from several Python threads at once simply queue up. A kernel
-   that needs several jobs in a row, or scratch memory between them, holds the pool across them
-   (td_pool_enter / td_pool_leave).
+   next kernel of a forward pass comes a few us after the last. But a worker that came too late to
+   claim a part of the last job it saw halves its watch for each such miss in a row, down to
+   TD_SPIN_US / 16: the cores are busy, the caller does the work without it, and a long watch would
+   only take a core from the caller. The short watch still lets it catch a job in time once the
+   cores are free again, which gives it back the whole watch (never watching after a miss, a worker
+   woken ~60 us late for each small job would stay late after the load is gone). The caller watches
+   for running parts to finish before it sleeps. Both watches yield the core (sched_yield) now and
+   then, to a thread of another process that is waiting for it.
+
+   A pool's job mutex lets one job run at a time on it, so kernels called on one pool from several
+   Python threads at once simply queue up. A kernel that needs several jobs in a row, or scratch
+   memory between them, holds the pool across them (td_pool_enter / td_pool_leave).
 
    fork: every pool is on one list; each pool's job mutex is held across fork, so no job is
    half-run, and the child's pools have no workers: they make new ones on their next job.
@@ -23,31 +35,33 @@
    most of them inside a job at the same moment (td_pool_max_parts, td_max_busy_pools): that two
    models' jobs overlap is what a job mutex per pool is for. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 #include "internal.h"
 
 #define TD_MIN_COST_PER_THREAD 65536.0 /* float ops (some us of work) worth handing to a watching worker */
 #define TD_SPIN_US 200                 /* how long a worker (or the caller) watches before sleeping */
+#define TD_MAX_MISSES 4                /* a late worker's watch: TD_SPIN_US >> misses in a row, at most this */
 
 struct td_worker {
     pthread_t thread;
     struct td_pool *pool;
-    int part;              /* the range of each job it runs: 1.. (the caller runs 0) */
 };
 
 struct td_pool {
     pthread_mutex_t job;   /* held for a whole job or resize */
-    pthread_mutex_t lock;  /* guards generation, stop, busy and the job (fn .. nparts) */
+    pthread_mutex_t lock;  /* guards generation, stop, done and the job (fn .. nparts) */
     pthread_cond_t start;  /* workers wait here for generation to change */
-    pthread_cond_t finish; /* the caller waits here for busy == 0 */
+    pthread_cond_t finish; /* the caller waits here for done == nparts */
     struct td_worker *workers; /* [nworkers] running threads */
     int nworkers;
     int nthreads;          /* wanted: workers + the caller (written under job, read atomically) */
     unsigned generation;   /* bumped for each job, and to stop the workers */
     unsigned spawned_at;   /* generation when the current workers were created */
     int stop;
-    unsigned busy;         /* workers still running their part of the job */
+    uint64_t claim;        /* generation << 32 | the next part to claim (atomic compare-and-swap) */
+    unsigned done;         /* parts of the job finished */
     td_range_fn fn;        /* the job: fn(ctx, ...) over [0, ntasks) in nparts ranges */
     void *ctx;
     int64_t ntasks;
@@ -92,16 +106,32 @@ static void cpu_relax(void)
 #endif
 }
 
-/* Watches *x (read without the lock) for up to TD_SPIN_US until (*x == value) == equal; 1 if it came */
-static int watch_for(const unsigned *x, unsigned value, int equal)
+/* Watches *x (read without the lock) for up to us microseconds until (*x == value) == equal; 1 if it
+   came. Every 256 pauses (some us) it yields: free when no other thread waits for this core. */
+static int watch_for(const unsigned *x, unsigned value, int equal, int us)
 {
-    int64_t until = now_us() + TD_SPIN_US;
+    int64_t until = now_us() + us;
     for (int i = 1;; i++) {
         if ((__atomic_load_n(x, __ATOMIC_ACQUIRE) == value) == equal)
             return 1;
         cpu_relax();
-        if (i % 256 == 0 && now_us() > until)
-            return 0;
+        if (i % 256 == 0) {
+            if (now_us() > until)
+                return 0;
+            sched_yield();
+        }
+    }
+}
+
+/* the next unclaimed part of job generation gen (nparts parts), now this thread's; -1: none left */
+static int claim_part(struct td_pool *p, unsigned gen, int nparts)
+{
+    uint64_t c = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((unsigned)(c >> 32) != gen || (int)(uint32_t)c >= nparts)
+            return -1;
+        if (__atomic_compare_exchange_n(&p->claim, &c, c + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return (int)(uint32_t)c;
     }
 }
 
@@ -109,13 +139,13 @@ static void *worker_main(void *arg)
 {
     struct td_worker *w = arg;
     struct td_pool *p = w->pool;
-    int part = w->part;
+    int misses = 0; /* jobs in a row it woke for after the caller and workers had claimed every part */
     pthread_mutex_lock(&p->lock);
     unsigned seen = p->spawned_at;
     for (;;) {
         if (p->generation == seen) {
             pthread_mutex_unlock(&p->lock);
-            watch_for(&p->generation, seen, 0);
+            watch_for(&p->generation, seen, 0, TD_SPIN_US >> misses);
             pthread_mutex_lock(&p->lock);
         }
         while (p->generation == seen)
@@ -123,16 +153,17 @@ static void *worker_main(void *arg)
         seen = p->generation;
         if (p->stop)
             break;
-        if (part >= p->nparts)
-            continue;
         td_range_fn fn = p->fn;
         void *ctx = p->ctx;
         int64_t ntasks = p->ntasks;
         int nparts = p->nparts;
         pthread_mutex_unlock(&p->lock);
-        run_part(fn, ctx, ntasks, nparts, part);
+        unsigned ran = 0;
+        for (int part; (part = claim_part(p, seen, nparts)) >= 0; ran++)
+            run_part(fn, ctx, ntasks, nparts, part);
+        misses = ran ? 0 : misses < TD_MAX_MISSES ? misses + 1 : misses;
         pthread_mutex_lock(&p->lock);
-        if (__atomic_sub_fetch(&p->busy, 1, __ATOMIC_RELEASE) == 0)
+        if (ran && __atomic_add_fetch(&p->done, ran, __ATOMIC_RELEASE) == (unsigned)nparts)
             pthread_cond_signal(&p->finish);
     }
     pthread_mutex_unlock(&p->lock);
@@ -169,7 +200,7 @@ static int ensure_workers(struct td_pool *p)
     p->spawned_at = p->generation;
     for (; p->nworkers < want; p->nworkers++) {
         struct td_worker *w = &p->workers[p->nworkers];
-        *w = (struct td_worker){.pool = p, .part = p->nworkers + 1};
+        *w = (struct td_worker){.pool = p};
         if (pthread_create(&w->thread, NULL, worker_main, w))
             break;
     }
@@ -354,25 +385,32 @@ void td_parallel_run(td_range_fn fn, void *ctx, int64_t ntasks, double cost)
         nparts = by_cost < 1 ? 1 : (int64_t)by_cost;
     if (nparts > p->max_parts)
         p->max_parts = (int)nparts;
-    if (nparts > 1) {
-        pthread_mutex_lock(&p->lock);
-        p->fn = fn;
-        p->ctx = ctx;
-        p->ntasks = ntasks;
-        p->nparts = (int)nparts;
-        p->busy = (unsigned)nparts - 1;
-        __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
-        pthread_cond_broadcast(&p->start);
-        pthread_mutex_unlock(&p->lock);
+    if (nparts == 1) {
+        run_part(fn, ctx, ntasks, 1, 0);
+        return;
     }
+    pthread_mutex_lock(&p->lock);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->ntasks = ntasks;
+    p->nparts = (int)nparts;
+    p->done = 0;
+    unsigned gen = p->generation + 1;
+    __atomic_store_n(&p->claim, (uint64_t)gen << 32 | 1, __ATOMIC_RELEASE); /* part 0 is the caller's */
+    __atomic_store_n(&p->generation, gen, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&p->start);
+    pthread_mutex_unlock(&p->lock);
+    unsigned ran = 1;
     run_part(fn, ctx, ntasks, (int)nparts, 0);
-    if (nparts > 1) {
-        watch_for(&p->busy, 0, 1);
-        pthread_mutex_lock(&p->lock);
-        while (p->busy > 0)
-            pthread_cond_wait(&p->finish, &p->lock);
-        pthread_mutex_unlock(&p->lock);
-    }
+    for (int part; (part = claim_part(p, gen, (int)nparts)) >= 0; ran++)
+        run_part(fn, ctx, ntasks, (int)nparts, part);
+    if (__atomic_add_fetch(&p->done, ran, __ATOMIC_ACQ_REL) == (unsigned)nparts)
+        return;
+    watch_for(&p->done, (unsigned)nparts, 1, TD_SPIN_US);
+    pthread_mutex_lock(&p->lock);
+    while (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) != (unsigned)nparts)
+        pthread_cond_wait(&p->finish, &p->lock);
+    pthread_mutex_unlock(&p->lock);
 }
 
 void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost)

@@ -44,7 +44,8 @@ class Fake:
     """A stand-in Transformer: rows(canvas_row [L]) -> probabilities [L, V]; records every canvas_logits call."""
 
     def __init__(self, rows, n_ctx=64, mask_id=MASK, stop_ids=(EOS,), tokenizer=None):
-        self.config = SimpleNamespace(mask_token_id=mask_id, vocab_size=V, max_position_embeddings=n_ctx, causal=False,
+        self.config = SimpleNamespace(mask_token_id=mask_id, vocab_size=V, max_position_embeddings=n_ctx,
+                                      causal=False, block_size=None,
                                       eos_token_ids=tuple(stop_ids))
         self.rows, self.tokenizer, self.calls, self.weights = rows, tokenizer, [], None
 
