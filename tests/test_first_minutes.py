@@ -226,3 +226,13 @@ def test_the_tokenizer_refuses_what_is_not_text_or_its_ids(model):
         with pytest.raises(UsageError, match=words):
             call()
     assert tok.text([tok.vocab_size + 5]) == ""                # a model's padded id: skipped, as tokenizers does
+
+
+def test_a_cache_without_blocks_skips_the_prompt_after_the_first_step(llada_dir):  # noqa: F811
+    """--cache dual (or prefix) with one block is not a no-op: later steps leave the prompt cached."""
+    mdm = tinydiff.load(llada_dir)
+    prompt = mdm.encode_prompt("Once upon a time")
+    P, L = len(prompt), len(prompt) + 8
+    for cache in ("dual", "prefix"):
+        spans = [s.span for s in list(mdm.denoise_steps(prompt, 8, steps=4, cache=cache))[:-1]]
+        assert spans == [(0, L), (P, L), (P, L), (P, L)]
