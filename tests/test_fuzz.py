@@ -314,7 +314,8 @@ def run_cli(path):
     cmd = [sys.executable, "-m", "tinydiff.cli", "generate", "-m", path, "-p", "Once upon a time",
            "-n", "3", "--temp", "0"]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=ENV,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))   # the installed package
     except subprocess.TimeoutExpired:
         return "hang"
     err = r.stderr.strip()

@@ -464,7 +464,8 @@ def temporaries(folder):
 
 
 def kill_mid_write(out, sig):
-    child = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(out)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(out)], stdout=subprocess.PIPE, text=True,
+                             cwd=os.path.dirname(__file__))     # the installed package, not ./tinydiff
     assert child.stdout.readline() == "writing\n"
     assert len(temporaries(out.parent)) == 1
     child.send_signal(sig)
