@@ -1,6 +1,7 @@
 """The corpus reader (tinydiff/training/corpus.py) and the trainer (tinydiff/training/train.py) on a tiny config:
 the loss falls, a resumed run equals an uninterrupted one, the export reads back with the right
-tensor names and shapes, the mdm mask rate is t. Trainer tests need torch."""
+tensor names and shapes, the mdm mask rate is t, the block objective predicts what block decoding
+computes. Trainer tests need torch."""
 import csv
 import json
 import os
@@ -234,3 +235,58 @@ def test_without_torch_says_how_to_install(data, tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"pip install 'tinydiff\[train\]'"):
         run(data, tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the block objective (block diffusion)
+
+@pytest.fixture(scope="module")
+def block_run(data, ar_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "block"
+    run(data, out, "--tokens", "1280", "--block-size", "4", "--init", str(ar_run / "model"), objective="block")
+    return out
+
+
+def test_block_run_starts_from_its_init_and_says_what_it_is(block_run, ar_run):
+    cfg = json.load(open(os.path.join(block_run, "model", "config.json")))
+    assert (cfg["is_causal"], cfg["block_size"], cfg["shift_logits"]) == (False, 4, True)
+    assert cfg["hidden_size"] == json.load(open(os.path.join(ar_run, "model", "config.json")))["hidden_size"]
+    val = [float(r["val_loss"]) for r in log_rows(block_run)]
+    assert all(np.isfinite(val))
+    import tinydiff
+    m = tinydiff.load(str(block_run / "model"))
+    assert m.config.block_size == 4 and m.config.shifted_logits
+    assert len(m.denoise_ids([5, 6, 7, 8], 8, steps=8, eos="keep")) == 8
+
+
+def test_the_block_objective_predicts_as_block_decoding_does(block_run):
+    """What the trainer's pass over [noisy ; clean] predicts for a masked block equals what the
+    sampler computes for it after a causal prefill: the model is trained on what it is run on."""
+    import torch
+
+    import tinydiff
+    from tinydiff.decoding.diffusion import _block_logits
+    folder = str(block_run / "model")
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    net = train.build_model(torch, cfg)
+    train.load_init(torch, net, folder)
+    L, b, lo = 16, 4, 8
+    x = torch.randint(0, cfg["vocab_size"] - 2, (1, L), generator=torch.Generator().manual_seed(0))
+    xt = x.clone()
+    xt[0, lo:lo + b] = cfg["mask_token_id"]
+    pos = torch.arange(L)
+    with torch.no_grad():
+        h = net.hidden(torch.cat([xt, x], dim=1), train.block_attention(torch, L, b), torch.cat([pos, pos]))
+        src = torch.where(pos % b == 0, L + pos - 1, pos - 1)[lo:lo + b]
+        want = net.logits(h[0, src]).numpy()                                  # [b, V]
+    t = tinydiff.load(folder).transformer
+    state = t.state(L)
+    last = t.forward(x[:, :lo].numpy(), state, 0, last_only=True)              # the prompt, causally
+    got = _block_logits(t, xt.numpy(), state, lo, lo + b, last)[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+def test_block_size_must_divide_the_sequence(data, tmp_path):
+    pytest.importorskip("torch")
+    with pytest.raises(UsageError, match="--block-size 5 must divide --seq-len 32"):
+        run(data, tmp_path / "b", "--block-size", "5", objective="block")

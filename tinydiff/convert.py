@@ -65,7 +65,7 @@ def _config_metadata(cfg, arch, wtype, name):
         meta[a + "attention.key_length"] = meta[a + "attention.value_length"] = ("uint32", cfg.head_dim)
     if not cfg.causal:
         meta[a + "attention.causal"] = ("bool", False)
-    if not ARCHITECTURES[arch].causal:
+    if not ARCHITECTURES[arch].causal or cfg.shifted_logits != ARCHITECTURES[arch].shifted:
         meta["diffusion.shift_logits"] = ("bool", cfg.shifted_logits)
     if cfg.block_size is not None:
         meta["tinydiff.block_size"] = ("uint32", cfg.block_size)

@@ -44,9 +44,10 @@ runs in the same forward pass (batch of 2), and logits = un + (cfg_scale + 1) * 
 
 block_size (block diffusion: BD3-LM, SDAR, Fast-dLLM v2): the prompt is prefilled causally into the
 KV cache; the generated positions are taken block_size at a time, each block starting all-masked and
-denoised by the rules above while it attends to the cached blocks before it and to itself only (never
-to a later block); once committed, one more pass writes its clean K/V into the cache, and no committed
-position is ever recomputed. With block_size 1 and one step per block, a model whose row i predicts
+denoised by the rules above while it attends to the cached positions before it and to itself only
+(never to a later block); once committed, one more pass writes its clean K/V into the cache, causally
+(the clean text is read as an AR model reads it, as `tinydiff train --objective block` trains it),
+and no committed position is ever recomputed. With block_size 1 and one step per block, a model whose row i predicts
 position i+1 decodes exactly as greedy autoregressive decoding does.
 
 cache (Fast-dLLM): None recomputes the whole canvas every step. "prefix": a block's first step is a
@@ -76,7 +77,7 @@ from typing import Optional
 import numpy as np
 
 from ..engine import cost, ledger
-from ..engine.masks import BIDIRECTIONAL
+from ..engine.masks import BIDIRECTIONAL, CAUSAL
 from ..errors import UsageError, check_all, from_keywords, is_integer, is_number
 from .sampling import gumbel_max, restrict
 
@@ -279,8 +280,8 @@ def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
                        time.perf_counter() - t_step)
             if len(pick) == len(todo):
                 break
-        if exact:                                                    # the clean block's K/V, once
-            last = transformer.forward(x[:, lo:hi], state, lo, kv_len=hi, mask=BIDIRECTIONAL, last_only=True)
+        if exact:                                                    # the clean block's K/V, once, causally
+            last = transformer.forward(x[:, lo:hi], state, lo, mask=CAUSAL, last_only=True)
             passes += 1
         if o.eos == "stop" and _stop_at_eos(x, block, plan.blocks, stop_ids):
             saved = (len(plan.blocks) - b - 1) * plan.steps_per_block

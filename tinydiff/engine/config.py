@@ -35,7 +35,7 @@ class Config:
     qkv_bias: bool                   # q/k/v projections carry a bias (qwen2, llama attention_bias)
     o_bias: bool                     # output projection carries a bias (llama attention_bias)
     causal: bool = True              # False: a masked-diffusion model (bidirectional attention)
-    shifted_logits: bool = False     # Dream: row i predicts the token at position i+1
+    shifted_logits: bool = False     # Dream, or config.json "shift_logits": row i predicts position i+1
     bos_token_id: Optional[int] = None
     eos_token_ids: tuple = ()        # generation stops at any of these
     mask_token_id: Optional[int] = None
@@ -119,7 +119,7 @@ def config_from_dict(raw, where="config.json"):
         qkv_bias=model_type in ("qwen2", "Dream") or bool(raw.get("attention_bias", False)),
         o_bias=model_type == "llama" and bool(raw.get("attention_bias", False)),
         causal=get("is_causal", bool, model_type not in ("llada", "Dream")),
-        shifted_logits=model_type == "Dream",
+        shifted_logits=get("shift_logits", bool, model_type == "Dream"),
         bos_token_id=_token_id(raw, "bos_token_id", where),
         eos_token_ids=_token_ids(raw, "eos_token_id", where),
         mask_token_id=_token_id(raw, "mask_token_id", where),

@@ -2,6 +2,7 @@
 
     tinydiff train --objective ar  --data A.txt B.txt --val V.txt --out runs/ar
     tinydiff train --objective mdm --data A.txt B.txt --val V.txt --out runs/mdm
+    tinydiff train --objective block --block-size 8 --init weights/stories5m-ar ... --out runs/bd
 
 PyTorch is an optional extra (`pip install .[train]`) imported only here, inside run_train.
 
@@ -22,6 +23,15 @@ Objectives, per sequence of token ids x (L tokens):
     mdm  t ~ U(eps, 1) (stratified over the batch); each token replaced by <|mask|> with
          probability t; loss = sum over masked i of -log p(x[i] | masked x) / t, divided by L (the
          MDLM/LLaDA bound on -log p(x) per token, so both losses are nats per token), bidirectional.
+    block (BD3-LM's objective, with an AR model's conventions so an AR checkpoint adapts to it
+         SDAR-style, --init): x is cut into blocks of --block-size; each block gets its own rate
+         t ~ U(eps, 1) and is masked at it. One pass runs [noisy x ; clean x] (positions 0..L-1
+         twice): the clean half causally, as an AR model reads text; a noisy block sees itself
+         (bidirectionally) and the clean positions before it, never a later block. Row i predicts
+         position i+1, as in the AR model: a masked position is predicted from the noisy row before
+         it, the first of a block from the clean row before it (the row decoding keeps when it caches
+         a block, decoding/diffusion.py). loss = sum over masked positions of CE / t over L, plus
+         the clean half's next-token CE, which keeps the rows the next block starts from sharp.
 
 --short-steps N: the first N steps cut each sequence into --short-len windows (same tokens). The
 mdm needs it: a masked position has no token of its own, so all it learns comes through attention,
@@ -62,7 +72,7 @@ LOG_FIELDS = ["step", "tokens", "lr", "train_loss", "val_loss", "elapsed_s"]
 
 
 def add_train_arguments(p):
-    p.add_argument("--objective", choices=["ar", "mdm"], required=True,
+    p.add_argument("--objective", choices=["ar", "mdm", "block"], required=True,
                    help="ar: next-token, causal; mdm: masked diffusion, bidirectional")
     p.add_argument("--data", nargs="+", required=True, help="training text files (stories split by <|endoftext|>)")
     p.add_argument("--val", required=True, help="held-out text file")
@@ -94,6 +104,9 @@ def add_train_arguments(p):
     p.add_argument("--export-dtype", choices=["bf16", "f16", "f32"], default="bf16",
                    help="storage of the exported weights (default bf16)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--block-size", type=int, default=8, help="block objective: positions per block (default 8)")
+    p.add_argument("--init", help="start from this model folder's weights (its shape and tokenizer); "
+                                  "e.g. an AR model to adapt to the block objective")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--force", action="store_true", help="start afresh in an existing run folder")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
@@ -105,7 +118,7 @@ def add_train_arguments(p):
 # Settings that define a run: a resumed run takes them from args.json, not from the command line.
 RUN_KEYS = ("objective", "data", "val", "vocab_size", "dim", "layers", "heads", "kv_heads", "hidden",
             "seq_len", "batch", "short_steps", "short_len", "lr", "warmup", "weight_decay", "tokens",
-            "eval_every", "eval_tokens", "precision", "export_dtype", "seed")
+            "eval_every", "eval_tokens", "precision", "export_dtype", "seed", "block_size", "init")
 
 
 def prepare_folder(args):
@@ -130,6 +143,8 @@ def prepare_folder(args):
             elif os.path.exists(path):
                 os.remove(path)
     os.makedirs(out, exist_ok=True)
+    if args.init:
+        _take_shape_from(args, args.init)
     if args.kv_heads is None:
         args.kv_heads = args.heads
     if args.hidden is None:
@@ -154,6 +169,21 @@ def _check_shape(args):
         raise UsageError(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
     if not args.lr > 0 or not args.tokens > 0:
         raise UsageError("--lr and --tokens must be positive")
+    if args.objective == "block" and (args.block_size < 1 or args.seq_len % args.block_size):
+        raise UsageError(f"--block-size {args.block_size} must divide --seq-len {args.seq_len}")
+
+
+def _take_shape_from(args, folder):
+    """--init: the model's shape and tokenizer are those of the folder it starts from."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--init {folder}: cannot read config.json ({e})") from None
+    args.dim, args.layers, args.heads = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    args.kv_heads, args.hidden = cfg.get("num_key_value_heads", args.heads), cfg["intermediate_size"]
+    args.vocab_size = cfg["vocab_size"]
+    args.tokenizer = args.tokenizer or os.path.join(folder, "tokenizer.json")
 
 
 def prepare_tokenizer(args, stories):
@@ -272,7 +302,7 @@ def build_model(torch, cfg):
             self.v_proj = nn.Linear(d, KVH * hd, bias=False)
             self.o_proj = nn.Linear(H * hd, d, bias=False)
 
-        def forward(self, x, cos, sin, causal):
+        def forward(self, x, cos, sin, mask):
             B, L, _ = x.shape
             q = self.q_proj(x).view(B, L, H, hd).transpose(1, 2)     # [B, H, L, hd]
             k = self.k_proj(x).view(B, L, KVH, hd).transpose(1, 2)   # [B, KVH, L, hd]
@@ -280,7 +310,9 @@ def build_model(torch, cfg):
             q, k = rope(q, cos, sin), rope(k, cos, sin)
             if KVH != H:  # query head h reads kv head h // (H // KVH), as transformers' repeat_kv
                 k, v = k.repeat_interleave(H // KVH, dim=1), v.repeat_interleave(H // KVH, dim=1)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            # mask: True causal, False bidirectional, or a bool [L, L] tensor (True = may attend)
+            y = (F.scaled_dot_product_attention(q, k, v, is_causal=mask) if isinstance(mask, bool)
+                 else F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
             return self.o_proj(y.transpose(1, 2).reshape(B, L, H * hd))
 
     class MLP(nn.Module):
@@ -302,8 +334,8 @@ def build_model(torch, cfg):
             self.post_attention_layernorm = RMSNorm()
             self.mlp = MLP()
 
-        def forward(self, x, cos, sin, causal):
-            x = x + self.self_attn(self.input_layernorm(x), cos, sin, causal)
+        def forward(self, x, cos, sin, mask):
+            x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
             return x + self.mlp(self.post_attention_layernorm(x))
 
     class Body(nn.Module):
@@ -325,9 +357,10 @@ def build_model(torch, cfg):
             inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
             self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-        def hidden(self, ids, causal):
-            """[B, L] ids -> [B, L, d] final-norm hidden states."""
-            pos = torch.arange(ids.shape[1], dtype=torch.float32)
+        def hidden(self, ids, causal, pos=None):
+            """[B, L] ids -> [B, L, d] final-norm hidden states. causal: True, False or a bool [L, L]
+            attention mask; pos: the L positions (default 0..L-1)."""
+            pos = torch.arange(ids.shape[1], dtype=torch.float32) if pos is None else pos.to(torch.float32)
             freqs = torch.outer(pos, self.inv_freq)
             emb = torch.cat((freqs, freqs), dim=-1)              # [L, hd]
             cos, sin = emb.cos(), emb.sin()
@@ -342,6 +375,17 @@ def build_model(torch, cfg):
     model = Llama()
     _init_weights(torch, model, cfg["num_hidden_layers"])
     return model
+
+
+def load_init(torch, model, folder):
+    """--init: the folder's model.safetensors into the model (tensor names are transformers')."""
+    from ..formats.safetensors import load_checkpoint
+    ckpt = load_checkpoint(folder)
+    state = model.state_dict()
+    missing = [name for name in state if name not in ckpt]
+    if missing:
+        raise UsageError(f"--init {folder}: no tensor {missing[0]} (a tinydiff train model of another layout?)")
+    model.load_state_dict({name: torch.from_numpy(np.array(ckpt.f32(name))) for name in state})
 
 
 def _init_weights(torch, model, n_layers):
@@ -375,6 +419,39 @@ def mdm_loss(torch, model, x, t, mask_id, gen):
     return (ce * weight).sum() / x.numel()
 
 
+def block_attention(torch, L, b):
+    """The bool [2L, 2L] mask of the block objective's pass over [noisy ; clean] (True = may attend):
+    clean rows causal over the clean half; a noisy block over itself and the clean positions before it."""
+    i = torch.arange(L)
+    blk = i // b
+    noisy_noisy = blk[None, :] == blk[:, None]
+    noisy_clean = blk[None, :] < blk[:, None]
+    clean_clean = i[None, :] <= i[:, None]
+    top = torch.cat([noisy_noisy, noisy_clean], dim=1)
+    bottom = torch.cat([torch.zeros(L, L, dtype=torch.bool), clean_clean], dim=1)
+    return torch.cat([top, bottom], dim=0)
+
+
+def block_loss(torch, model, x, b, mask_id, gen):
+    """The block objective (module docstring), nats per token: masked CE / t over B*L, plus the
+    clean half's next-token CE."""
+    B, L = x.shape
+    t = MDM_EPS + (1 - MDM_EPS) * torch.rand(B, L // b, generator=gen)       # a rate per block
+    t_pos = t.repeat_interleave(b, dim=1)                                     # [B, L]
+    m = torch.rand(x.shape, generator=gen) < t_pos
+    m[:, 0] = False                                                           # no row before it
+    xt = torch.where(m, torch.full_like(x, mask_id), x)
+    pos = torch.arange(L)
+    h = model.hidden(torch.cat([xt, x], dim=1), block_attention(torch, L, b), torch.cat([pos, pos]))
+    src = torch.where(pos % b == 0, L + pos - 1, pos - 1)                   # the row that predicts position i
+    rows = h[:, src.clamp(min=0)][m]                                         # [n_masked, d]
+    F = torch.nn.functional
+    ce = F.cross_entropy(model.logits(rows), x[m], reduction="none")
+    clean = model.logits(h[:, L:-1])                                          # clean rows predict the next token
+    ar = F.cross_entropy(clean.reshape(-1, clean.shape[-1]), x[:, 1:].reshape(-1))
+    return (ce / t_pos[m]).sum() / x.numel() + ar
+
+
 def mask_rates(torch, n, gen):
     """n mask rates in (eps, 1), one per sequence: t_i = (u + i/n) mod 1 for one uniform u, MDLM's
     low-discrepancy sampler. Each t is still uniform, so the loss is the same bound, but a batch
@@ -397,6 +474,8 @@ def train_loss(torch, model, x, args, mask_id, step):
         if args.objective == "ar":
             return ar_loss(torch, model, x)
         gen = step_generator(torch, args.seed, step)
+        if args.objective == "block":
+            return block_loss(torch, model, x, args.block_size, mask_id, gen)
         return mdm_loss(torch, model, x, mask_rates(torch, x.shape[0], gen), mask_id, gen)
 
 
@@ -422,6 +501,9 @@ def evaluate(torch, model, windows, args, mask_id, batch):
             if args.objective == "ar":
                 total += ar_loss(torch, model, x).item() * x[:, 1:].numel()
                 count += x[:, 1:].numel()
+            elif args.objective == "block":
+                total += block_loss(torch, model, x, args.block_size, mask_id, gen).item() * x.numel()
+                count += x.numel()
             else:
                 total += mdm_loss(torch, model, x, t_all[i:i + batch], mask_id, gen).item() * x.numel()
                 count += x.numel()
@@ -454,9 +536,12 @@ def model_config(args, eot, mask, vocab_size):
         "hidden_act": "silu",
         "torch_dtype": {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[args.export_dtype],
     }
-    if args.objective == "mdm":
+    if args.objective in ("mdm", "block"):
         cfg["is_causal"] = False
         cfg["mask_token_id"] = mask
+    if args.objective == "block":
+        cfg["block_size"] = args.block_size
+        cfg["shift_logits"] = True            # row i predicts position i+1, as in the AR model
     return cfg
 
 
@@ -538,6 +623,8 @@ def run_train(args):
         raise UsageError("tokenizer: a special token's id lies outside the model vocabulary")
     cfg = model_config(args, eot, mask_id, vocab_size)
     model = build_model(torch, cfg)
+    if args.init and not args.resume:
+        load_init(torch, model, args.init)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
