@@ -299,7 +299,8 @@ class Model:
     def denoise_steps(self, ids, gen_length=128, fixed=None, **options):
         """Yields a diffusion.Step per forward pass, then the diffusion.Denoised. ids: the prompt, or
         with fixed (a bool per id, True = keep) a canvas whose other positions are holes."""
-        if self.config.block_size and not {"block_size", "block_length"} & set(options) and fixed is None:
+        if (self.config.block_size and options.get("block_size") is None and options.get("block_length") is None
+                and fixed is None):
             options["block_size"] = self.config.block_size              # a block-diffusion model's own
         mask_id, o = self._mask(), Options.of(**options)
         canvas, given, start, what = self._canvas(self._ids(ids), gen_length, fixed, mask_id)

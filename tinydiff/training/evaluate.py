@@ -40,6 +40,12 @@ evenly. All K copies go through one batched bidirectional pass. The bound condit
 sequence length (the canvas has exactly the story's positions, as in LLaDA's evaluation), which
 leaves out -log p(length): about log(n_ctx) ~ 6 nats per story at most, ~1% of a 250-token story.
 
+Block diffusion (a model whose config.json names a block_size): the block ELBO, the sum over blocks
+of b positions (from the first scored one, as decoding takes them) of the bound above for one block
+given the clean text before it, each block with its own stratified counts; one causal pass caches
+every clean position, then one small pass per block (last to first, so a block's pass overwrites
+only slots no earlier block reads).
+
 Two standard errors: `se`, of nats/token over stories (the text is a sample, and the MC noise is in
 it), and for the ELBO `mc_se`, the Monte Carlo part alone (from the spread of the K draws, treated
 as independent, which overstates the noise of stratified draws: an upper bound). More copies K
@@ -72,6 +78,7 @@ from typing import Optional
 import numpy as np
 
 from ..decoding import diffusion
+from ..engine.masks import BIDIRECTIONAL
 from ..errors import ModelError, UsageError
 from . import corpus
 
@@ -227,7 +234,7 @@ def ar_seq_nll(model, seqs):
 
 @dataclasses.dataclass
 class Likelihood:
-    bound: str                  # "exact NLL" (autoregressive) or "ELBO" (masked diffusion: >= NLL)
+    bound: str                  # "exact NLL" (autoregressive), "ELBO" (masked diffusion: >= NLL), "block ELBO (...)"
     stories: int
     tokens: int
     bytes: int
@@ -298,22 +305,55 @@ def masked_losses(transformer, canvas, first, k, mask_id, rng):
     return np.bincount(rows, weights=nll, minlength=k) * m / counts
 
 
+def block_masked_losses(transformer, canvas, first, k, mask_id, rng, b):
+    """[K] float64: K draws of the block ELBO of canvas[first:] given canvas[:first] (block
+    diffusion, blocks of b from `first`, as decoding takes them): the sum over blocks of the
+    masked-diffusion bound of a block given the clean text before it, each block's mask counts
+    drawn as masked_losses draws them.
+
+    One causal pass caches the clean K/V of every position; then the blocks, last to first: a
+    block's pass overwrites its own slots, which no earlier block reads."""
+    L = len(canvas)
+    x = np.tile(canvas, (k, 1))                                      # [K, L]
+    state = transformer.state(L, k)
+    clean = transformer.forward(x, state, 0).reshape(k, L, -1)       # [K, L, V], causal
+    total = np.zeros(k)
+    for lo in reversed(range(first, L, b)):
+        hi = min(lo + b, L)
+        m = hi - lo
+        t = (np.arange(k) + (1.0 - rng.random())) / k
+        counts = np.ceil(t * m).astype(np.int64)                     # [K] in 1..m
+        masked = rng.random((k, m)).argsort(axis=1) < counts[:, None]
+        xb = x[:, lo:hi].copy()
+        xb[masked] = mask_id
+        rows = transformer.forward(xb, state, lo, kv_len=hi, mask=BIDIRECTIONAL).reshape(k, m, -1)
+        if transformer.config.shifted_logits:                        # row i predicts position i+1
+            rows = np.concatenate([clean[:, lo - 1:lo], rows[:, :-1]], axis=1)
+        r, c = np.nonzero(masked)
+        nll = token_nll(rows[r, c], canvas[lo + c])
+        total += np.bincount(r, weights=nll, minlength=k) * m / counts
+    return total
+
+
 def mdm_likelihood(model, stories, k=8, seed=0, limit=None):
-    """The ELBO of stories[:limit]; K mask draws per window of each story."""
+    """The ELBO of stories[:limit] (a block model's: the block ELBO); K mask draws per window of
+    each story."""
     t0 = time.perf_counter()
     mask_id = mask_token(model)
     rng = np.random.default_rng(seed)
-    ctx = model.config.max_position_embeddings
+    ctx, block = model.config.max_position_embeddings, model.config.block_size
     seqs = story_seqs(model, stories, limit)
     nats, var = np.zeros(len(seqs)), np.zeros(len(seqs))
     for i, s in enumerate(seqs):
         for a, f, e in windows(len(s.ids), s.first, ctx):
-            losses = masked_losses(model.transformer, s.ids[a:e], f - a, k, mask_id, rng)
+            losses = (block_masked_losses(model.transformer, s.ids[a:e], f - a, k, mask_id, rng, block)
+                      if block else masked_losses(model.transformer, s.ids[a:e], f - a, k, mask_id, rng))
             nats[i] += losses.mean()
             var[i] += losses.var(ddof=1) / k if k > 1 else np.nan
     tokens = np.array([len(s.ids) - s.first for s in seqs])
     mc_se = float(np.sqrt(var.sum()) / tokens.sum())
-    return Likelihood("ELBO", len(seqs), int(tokens.sum()), story_bytes(stories[:limit]), float(nats.sum()),
+    bound = f"block ELBO (blocks of {block})" if block else "ELBO"
+    return Likelihood(bound, len(seqs), int(tokens.sum()), story_bytes(stories[:limit]), float(nats.sum()),
                       ratio_se(nats, tokens), mc_se, k, time.perf_counter() - t0)
 
 
@@ -578,8 +618,8 @@ def likelihood_report(model, args, r, available):
     lines = [f"model:  {what}",
              f"data:   {args.data}: the first {r.stories} of {available} stories; {r.tokens:,} tokens scored "
              f"(each story and its end-of-text); {r.bytes:,} UTF-8 bytes (+1 per end-of-text)"]
-    if r.bound == "ELBO":
-        lines.append(f"bound:  ELBO, an upper bound on the NLL; K={r.samples_per_seq} stratified mask counts "
+    if "ELBO" in r.bound:
+        lines.append(f"bound:  {r.bound}, an upper bound on the NLL; K={r.samples_per_seq} stratified mask counts "
                      f"per story (LLaDA); Monte Carlo part of the se:{_pm(r.mc_se)} nats/token")
     lines += [f"{r.bound}: {r.nats_per_token:.4f}{_pm(r.se)} nats/token (se over stories), "
               f"perplexity {math.exp(r.nats_per_token):.3f}",
