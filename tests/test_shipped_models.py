@@ -67,3 +67,15 @@ def test_the_ar_model_predicts_a_simple_story(ar):
 def test_the_diffusion_model_fills_in_a_simple_story(mdm):
     text = mdm.infill("Once upon a [MASK], there was a little [MASK] named Lily.")
     assert "time" in text and "girl" in text
+
+
+def test_the_block_model_is_the_ar_twin_adapted_and_decodes_block_by_block():
+    bd = tinydiff.load("stories5m-bd")
+    assert (bd.config.block_size, bd.config.shifted_logits, bd.config.causal) == (8, True, False)
+    assert bd.parameter_count() == tinydiff.load("stories5m-ar").parameter_count()
+    prompt = bd.encode_prompt("Once upon a time")
+    items = list(bd.denoise_steps(prompt, 16, steps=16))
+    spans = {s.span for s in items[:-1]}
+    assert spans <= {(len(prompt), len(prompt) + 8), (len(prompt) + 8, len(prompt) + 16)}   # its config's blocks
+    text = bd.denoise("Once upon a time", 32, steps=32)
+    assert text.count(" ") >= 10 and "." in text               # words and a sentence, not masks or noise
