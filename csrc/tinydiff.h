@@ -82,19 +82,21 @@ struct td_layer {                   /* one layer's weights, each matrix of its o
     enum td_type q_type, k_type, v_type, o_type, gate_type, up_type, down_type;
     const float *q_bias, *k_bias, *v_bias, *o_bias;                 /* [H*hd] [KVH*hd] x2 [d], or NULL */
 };
-struct td_decode {                  /* the model's sizes and one token's scratch rows */
+struct td_decode {                  /* the model's sizes and the scratch rows of a few positions */
     int64_t d, heads, kv_heads, hd, f;
     float eps;                      /* RMSNorm's */
     const float *inv_freq;          /* [hd/2] RoPE's */
-    float *h;                       /* [d] normed input of a block */
-    float *q, *att;                 /* [H*hd] */
-    float *gate, *up;               /* [f] */
+    float *h;                       /* [n, d] normed input of a block */
+    float *q, *att;                 /* [n, H*hd] */
+    float *gate, *up;               /* [n, f] */
 };
-/* x[d] += the layer's attention and MLP blocks for the token at position pos; its K and V go into
-   row pos of k_cache and v_cache [pos+1, KVH*hd], and attention reads rows 0..pos. Returns 0, or -1
-   if a matmul's or attention's scratch memory could not be had. */
+enum { TD_LAYER_MAX_ROWS = 64 };    /* the most positions one td_decode_layer call takes */
+/* x[n, d] += the layer's attention and MLP blocks for the n tokens at positions pos..pos+n-1; their
+   K and V go into rows pos..pos+n-1 of k_cache and v_cache [kv_len, KVH*hd], and attention reads
+   rows 0..kv_len-1 under the mask `block` (as td_attention_f32 takes it). Returns 0, -1 if a
+   matmul's or attention's scratch memory could not be had, -2 if n is not 1..TD_LAYER_MAX_ROWS. */
 int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, float *k_cache,
-                    float *v_cache, int64_t pos);
+                    float *v_cache, int64_t pos, int64_t n, int64_t kv_len, int64_t block);
 
 /* roofline (roofline.c): the sum mod 2^32 of x[len] (any 4-byte words), each thread reading its own
    contiguous slice reps times (a slice that fits a cache is read from it after the first pass).

@@ -12,7 +12,7 @@ from tinydiff.engine import kernels as K
 from tinydiff.engine import transformer
 from tinydiff.engine.config import config_from_dict
 from tinydiff.engine.ledger import Ledger
-from tinydiff.engine.masks import CAUSAL
+from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL, block_causal
 from tinydiff.engine.weights import random_weights
 from tinydiff.formats import quant
 from tinydiff.measure.shapes import stored_as
@@ -63,6 +63,30 @@ def test_decode_layer_is_forward_bit_for_bit(name, weight_type, level):
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_array_equal(cache.k, ref_cache.k)
     np.testing.assert_array_equal(cache.v, ref_cache.v)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("weight_type", ["f32", "q8_0", "q4_0", "mixed"])
+def test_a_few_positions_in_one_call_are_forward_bit_for_bit(name, weight_type, level):
+    """Blocks of a few positions (a short prompt, a block of block diffusion) under every mask, the
+    span read against more keys than it writes: csrc/layer.c against the per-kernel loop."""
+    m = model(name, weight_type)
+    t = m.transformer
+    ids = np.random.default_rng(1).integers(0, 50, size=(1, 24))
+    for n, mask, extra in [(2, CAUSAL, 0), (5, BIDIRECTIONAL, 3), (8, block_causal(4), 0), (3, block_causal(2), 5)]:
+        runs = []
+        for one_call in (False, True):
+            state = t.state(32)
+            t.layers(ids[:, :8], state, 0, None, CAUSAL, False)                 # a prefix, the same way
+            span = ids[:, 8:8 + n]
+            logits = (t.forward(span, state, 8, kv_len=8 + n + extra, mask=mask) if one_call
+                      else t.layers(span, state, 8, 8 + n + extra, mask, False))
+            runs.append((logits, state.cache.k.copy(), state.cache.v.copy()))
+        (ref, ref_k, ref_v), (got, k, v) = runs
+        assert np.isfinite(ref).all() and ref.shape == (n, 50)
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(k, ref_k)
+        np.testing.assert_array_equal(v, ref_v)
 
 
 def test_decode_books_what_forward_books():
@@ -122,3 +146,18 @@ def test_a_cache_or_buffer_c_cannot_write_as_float32_is_refused(part):
         buf.gate.flags.writeable = False
     with pytest.raises(ValueError, match="must be a writable C-contiguous float32 array"):
         K.DecodeRun(m.config, buf, cache, m.transformer.inv_freq)
+
+
+def test_a_few_positions_book_what_the_loop_books():
+    t = model("llama attention_bias", "q8_0").transformer
+    ids = np.random.default_rng(2).integers(0, 50, size=(1, 12))
+    ledgers = []
+    for one_call in (False, True):
+        state = t.state(16)
+        with Ledger() as led:
+            if one_call:
+                t.forward(ids[:, 4:9], state, 4, kv_len=12, mask=block_causal(4))
+            else:
+                t.layers(ids[:, 4:9], state, 4, 12, block_causal(4), False)
+        ledgers.append(led.passes)
+    assert ledgers[0] == ledgers[1] and ledgers[0][0]["tokens"] == 5

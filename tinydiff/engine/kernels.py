@@ -353,12 +353,19 @@ class DecodeLayer:
             fields[name], fields[name[:-5] + "_type"] = ptr, kind
         self._arrays = (mats, vecs, fields)                            # the pointers' owners
         self.c = ffi.new("struct td_layer *", fields)
-        self.costs = cost.layer(cfg, 1, {name: quant.bytes_per_weight(m[0]) for name, m in mats.items()})
+        self._cfg, self._w_bytes = cfg, {name: quant.bytes_per_weight(m[0]) for name, m in mats.items()}
+        self._costs = {}                                               # n -> cost.layer(cfg, n, ...)
         self.shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+
+    def costs_of(self, n):
+        """What one call over n rows books but attention (cost.layer), made once per n."""
+        if n not in self._costs:
+            self._costs[n] = cost.layer(self._cfg, n, self._w_bytes)
+        return self._costs[n]
 
 
 class DecodeRun:
-    """One decode step's run state for csrc/layer.c: the model's sizes, the scratch rows of a
+    """A few positions' run state for csrc/layer.c: the model's sizes, the scratch rows of a
     transformer.Buffers, and the KV cache of its one sequence."""
 
     def __init__(self, cfg, buf, cache, inv_freq):
@@ -382,21 +389,31 @@ class DecodeRun:
         self.c = ffi.new("struct td_decode *", dict(
             d=cfg.hidden_size, heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, hd=cfg.head_dim,
             f=cfg.intermediate_size, eps=cfg.rms_norm_eps, **rows))
-        self.x = _p(buf.x)                                             # [1, d] the residual stream
+        self.x = _p(buf.x)                                             # [rows, d] the residual stream
+        self.rows = len(buf.x)
         self.k, self.v, self.layer_floats = _p(cache.k), _p(cache.v), self.ctx * kvd
 
 
-def decode_layer(layer, run, l, pos):
-    """run's x [1, d] += decoder layer l (weights: a DecodeLayer) for the token at position pos; its
-    K and V go into cache slot pos of layer l, and attention reads slots 0..pos."""
-    if not 0 <= pos < run.ctx:
-        raise ValueError(f"decode: position {pos} is outside the cache's {run.ctx} slots")
+MAX_LAYER_ROWS = lib.TD_LAYER_MAX_ROWS      # the most positions one decode_layer call takes
+
+
+def decode_layer(layer, run, l, pos, n=1, kv_len=None, mask=CAUSAL):
+    """run's x [n, d] += decoder layer l (weights: a DecodeLayer) for the n tokens at positions
+    pos..pos+n-1; their K and V go into cache slots pos..pos+n-1 of layer l, and attention reads
+    slots 0..kv_len-1 (default pos+n) under mask."""
+    kv_len = pos + n if kv_len is None else kv_len
+    if not 0 <= pos <= pos + n <= kv_len <= run.ctx:
+        raise ValueError(f"decode: position {pos + n - 1} is outside the cache's {run.ctx} slots, or reads "
+                         f"{kv_len} keys")
+    if not 1 <= n <= min(run.rows, MAX_LAYER_ROWS):
+        raise ValueError(f"decode: {n} positions in one call; the buffers hold {run.rows}, a call at most "
+                         f"{MAX_LAYER_ROWS}")
     at = l * run.layer_floats
-    if _decode_layer(layer.c, run.c, run.x, run.k + at, run.v + at, pos):
-        raise MemoryError("decode: no memory for x in the dot product's type")
+    if _decode_layer(layer.c, run.c, run.x, run.k + at, run.v + at, pos, n, kv_len, mask.block):
+        raise MemoryError("decode: no memory for x in the dot product's type, or for attention's scratch")
     if ledger.active():
-        ledger.book_all(layer.costs)
-        ledger.book("attention", cost.attention(1, *layer.shape, pos + 1, CAUSAL.pairs(1, pos + 1, pos)))
+        ledger.book_all(layer.costs_of(n))
+        ledger.book("attention", cost.attention(n, *layer.shape, kv_len, mask.pairs(n, kv_len, pos)))
 
 
 # -- NumPy glue the forward pass also books: small next to the kernels, but real bytes ----------

@@ -9,8 +9,9 @@ Several threads may run one Transformer at once, each with its own State; every 
 Transformer's own thread pool (kernels.ThreadPool), so two models never share threads.
 
 Transformer.forward is the one entry for every pass: prefill, decoding, diffusion steps, batches.
-One new token of one sequence goes through csrc/layer.c, the same layer body in C (one call a
-layer instead of ~11 kernel calls, whose Python would cost a small model a third of its time);
+A few new tokens of one sequence (a decode step, a short prompt, a block of block diffusion: up to
+kernels.MAX_LAYER_ROWS) go through csrc/layer.c, the same layer body in C (one call a layer instead
+of ~11 kernel calls, whose Python would cost a small model a third of its time);
 tests/test_decode_layer.py holds the two to the same logits and cache, bit for bit.
 
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
@@ -94,8 +95,9 @@ class Transformer:
         if state.owner is not self:
             raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
         with self.pool:
-            if ids.shape == (1, 1) and mask == CAUSAL and kv_len in (None, start + 1) and state.decode is not None:
-                return self.decode(ids[0], state, start)              # the loop below, in C
+            run = state.decode
+            if run is not None and ids.shape[1] <= min(run.rows, K.MAX_LAYER_ROWS):
+                return self.decode(ids[0], state, start, kv_len, mask, last_only)   # the loop below, in C
             return self.layers(ids, state, start, kv_len, mask, last_only)
 
     def layers(self, ids, state, start, kv_len, mask, last_only):
@@ -143,17 +145,20 @@ class Transformer:
         out = K.rmsnorm(x, w.norm, eps, op="norm")                      # [Bn or B, d]
         return K.matmul(out, w.lm_head, op="lm_head")                   # [Bn or B, V]
 
-    def decode(self, token, state, pos):
-        """layers() for one new token of one sequence at position pos, each layer one C call
-        (csrc/layer.c: the loop body above, kernel for kernel). Returns logits [1, V]."""
-        run, w = state.decode, self.weights
-        x = state.buf.x[:1]                                             # [1, d] residual stream
-        ledger.begin_pass(tokens=1)
-        K.embedding(w.embed_tokens, token, out=x)                      # [1, d]
+    def decode(self, ids, state, pos, kv_len=None, mask=CAUSAL, last_only=False):
+        """layers() for a few new tokens ids [n] of one sequence at positions pos.., each layer one
+        C call (csrc/layer.c: the loop body above, kernel for kernel): a decode step, a block of
+        block diffusion. Returns logits [n, V], or [1, V] for the last position."""
+        run, w, n = state.decode, self.weights, len(ids)
+        x = state.buf.x[:n]                                             # [n, d] residual stream
+        ledger.begin_pass(tokens=n)
+        K.embedding(w.embed_tokens, ids, out=x)                        # [n, d]
         for l, layer in enumerate(self.decode_layers):
-            K.decode_layer(layer, run, l, pos)                          # x += layer l  [1, d]
-        out = K.rmsnorm(x, w.norm, self.config.rms_norm_eps, op="norm") # [1, d]
-        return K.matmul(out, w.lm_head, op="lm_head")                   # [1, V]
+            K.decode_layer(layer, run, l, pos, n, kv_len, mask)         # x += layer l  [n, d]
+        if last_only:
+            x = x[n - 1:]                                               # [1, d]
+        out = K.rmsnorm(x, w.norm, self.config.rms_norm_eps, op="norm") # [n or 1, d]
+        return K.matmul(out, w.lm_head, op="lm_head")                   # [n or 1, V]
 
     def canvas_logits(self, canvas, state, start=0, end=None):
         """Bidirectional logits [B, end-start, V] for canvas [B, L] positions start..end-1.
