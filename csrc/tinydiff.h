@@ -74,7 +74,7 @@ void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len);
 int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,
                      int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t q_pos0, float scale);
 
-/* one decoder layer for one new token (layer.c): transformer.forward's loop body for B = n = 1 */
+/* one decoder layer for a few positions of one sequence (layer.c): Transformer.layers' loop body for B = 1 */
 struct td_layer {                   /* one layer's weights, each matrix of its own type */
     const float *input_layernorm, *post_attention_layernorm;       /* [d] */
     const void *q_proj, *k_proj, *v_proj, *o_proj;                  /* [H*hd,d] [KVH*hd,d] x2 [d,H*hd] */
