@@ -221,7 +221,8 @@ def test_a_row_with_no_finite_logit_is_a_model_error():
 
 def test_the_tokenizer_refuses_what_is_not_text_or_its_ids(model):
     tok = model.tokenizer
-    for call, words in ((lambda: tok.decode([1.5]), "1.5"), (lambda: tok.decode([tok.vocab_size + 5]), "not a token id"),
+    for call, words in ((lambda: tok.decode([1.5]), "1.5"),
+                        (lambda: tok.decode([tok.vocab_size + 5]), "not a token id"),
                         (lambda: tok.decode([-1]), "not a token id"), (lambda: tok.encode(None), "NoneType")):
         with pytest.raises(UsageError, match=words):
             call()
@@ -236,3 +237,27 @@ def test_a_cache_without_blocks_skips_the_prompt_after_the_first_step(llada_dir)
     for cache in ("dual", "prefix"):
         spans = [s.span for s in list(mdm.denoise_steps(prompt, 8, steps=4, cache=cache))[:-1]]
         assert spans == [(0, L), (P, L), (P, L), (P, L)]
+
+
+# -- tinydiff compare (issue 13) ------------------------------------------------------------------
+
+def test_compare_runs_the_three_shipped_models_and_draws_the_tradeoff(tmp_path):
+    import xml.dom.minidom
+    plot = tmp_path / "tradeoff.svg"
+    status, out, err = run("compare", "-n", "8", "--samples", "2", "-t", "1", "--plot", str(plot))
+    assert status == 0, err
+    rows = [line for line in out.splitlines() if line.startswith(("autoregressive", "masked", "block"))]
+    assert [r.split("  ")[0] for r in rows] == [
+        "autoregressive", "masked diffusion, 1 token a step", "masked diffusion, 2 tokens a step",
+        "block diffusion, 1 token a step", "block diffusion, 2 tokens a step", "block diffusion, 4 tokens a step"]
+    passes_per_token = [float(r.split()[-8]) for r in rows]
+    assert passes_per_token[0] == 1.0 and passes_per_token[2] == 0.5        # AR one a token; MDM two a step
+    assert len(xml.dom.minidom.parse(str(plot)).getElementsByTagName("circle")) == 6
+
+
+def test_compare_refuses_a_model_of_the_wrong_kind_before_measuring(tmp_path):
+    status, out, err = run("compare", "--bd", "stories5m-mdm", "-n", "8", "--samples", "1")
+    assert_one_line_error(status, err, 2, "stories5m-mdm", "block-diffusion")
+    assert out == ""
+    status, out, err = run("compare", "-n", "8", "--plot", str(tmp_path / "x.pdf"))
+    assert_one_line_error(status, err, 2, ".svg or .png")

@@ -132,6 +132,18 @@ def build_parser():
     c.add_argument("--plot", default=None, help="draw the runs on the roofline into FILE.svg (or .png)")
     c.set_defaults(run=cmd_cost)
 
+    cm = sub.add_parser("compare", help="AR, masked diffusion and block diffusion on the same openings: "
+                                       "cost per token and judged quality")
+    cm.add_argument("--ar", default="stories5m-ar", help="the AR model, also the judge (default stories5m-ar)")
+    cm.add_argument("--mdm", default="stories5m-mdm", help="the masked-diffusion model ('none': leave out)")
+    cm.add_argument("--bd", default="stories5m-bd", help="the block-diffusion model ('none': leave out)")
+    cm.add_argument("-n", "--n-predict", type=int, default=64, help="tokens a sample (default 64)")
+    cm.add_argument("--samples", type=int, default=8, help="samples a setting (default 8)")
+    cm.add_argument("--temp", type=float, default=1.0, help="temperature of every setting (default 1)")
+    cm.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    cm.add_argument("--plot", default=None, help="draw ms per token against judged perplexity into FILE.svg")
+    cm.set_defaults(run=cmd_compare)
+
     r = sub.add_parser("roofline", help="measure this machine: memory and cache bandwidth, peak FLOP/s")
     r.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     r.add_argument("--remeasure", action="store_true", help="measure again instead of reading the cache")
@@ -409,6 +421,30 @@ def cmd_cost(args):
         points += cost_table.canvas_points(dm, [64, 256, 1024])
         roofline_svg(roofline, points, args.plot)
         print(f"roofline plot: {args.plot}")
+
+
+def cmd_compare(args):
+    from .measure.plot import check_plot_path, tradeoff_svg
+    from .model import load
+    from .training.compare import compare, table
+    if args.n_predict < 1 or args.samples < 1:
+        raise UsageError("compare: -n and --samples must be >= 1")
+    if args.plot:
+        check_plot_path(args.plot)                         # before minutes of measuring, not after
+    ar = load(args.ar, threads=args.threads)
+    if not ar.config.causal:
+        raise UsageError(f"compare: --ar {args.ar} is not an autoregressive model")
+    mdm, bd = (None if name == "none" else load(name, threads=args.threads) for name in (args.mdm, args.bd))
+    for flag, m in (("--mdm", mdm), ("--bd", bd)):
+        if m is not None and (m.config.causal or (flag == "--bd") != bool(m.config.block_size)):
+            raise UsageError(f"compare: {flag} {m.path} is not a {'block' if flag == '--bd' else 'masked'}-"
+                             "diffusion model")
+    roofline = _roofline(args.threads)
+    rows = compare(ar, mdm, bd, ar, args.n_predict, args.samples, args.temp, roofline)
+    print(table(rows, roofline, args.n_predict, args.samples, args.temp))
+    if args.plot:
+        tradeoff_svg([(r.label, r.seconds / r.tokens * 1e3, r.judged.perplexity) for r in rows], args.plot)
+        print(f"plot: {args.plot}")
 
 
 def _roofline(threads, remeasure=False):

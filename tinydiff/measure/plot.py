@@ -288,3 +288,39 @@ def loss_svg(rows, title, path):
         out += [f'<polyline class="{key}" fill="none" stroke="{color}" stroke-width="2" points="{line}"/>',
                 _text(W - RIGHT - 10, TOP + 18 + 16 * n, key.replace("_", " "), f'text-anchor="end" fill="{color}"')]
     _write_text(path, "\n".join(out + ["</svg>", ""]))
+
+
+# -- time against quality (tinydiff compare) ------------------------------------------------------
+
+def tradeoff_svg(points, path, title="time per token against judged perplexity (lower left is better)"):
+    """points [(label, ms per generated token, judged perplexity)] on a linear time axis from 0 and
+    a log perplexity axis. Written atomically."""
+    check_plot_path(path)
+    pts = [(label, float(x), float(y)) for label, x, y in points if x > 0 and y > 0 and math.isfinite(y)]
+    if not pts:
+        raise UsageError(f"plot: no points to draw for {path}")
+    x1 = max(x for _, x, _ in pts) * 1.15
+    y0, y1 = _decades(min(y for _, _, y in pts), max(y for _, _, y in pts))
+    px = lambda x: LEFT + (W - LEFT - RIGHT) * x / x1                                          # noqa: E731
+    py = lambda y: H - BOTTOM - (H - TOP - BOTTOM) * math.log10(y / y0) / math.log10(y1 / y0)  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+           'font-family="sans-serif" font-size="12">', f'<rect width="{W}" height="{H}" fill="white"/>',
+           _text(W / 2, 22, title, 'text-anchor="middle" font-size="14"'),
+           f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
+           'fill="none" stroke="#444"/>',
+           _text((LEFT + W - RIGHT) / 2, H - 14, "measured ms per generated token", 'text-anchor="middle"'),
+           _text(18, (TOP + H - BOTTOM) / 2, "judged perplexity",
+                 f'text-anchor="middle" transform="rotate(-90 18 {(TOP + H - BOTTOM) / 2})"')]
+    y = y0
+    while y <= y1 * 1.0001:
+        out += [f'<line x1="{LEFT}" y1="{py(y):.1f}" x2="{W - RIGHT}" y2="{py(y):.1f}" stroke="#ddd"/>',
+                _text(LEFT - 6, py(y) + 4, f"{y:g}", 'text-anchor="end"')]
+        y *= 10
+    for i in range(6):
+        x = x1 * i / 5
+        out.append(_text(px(x), H - BOTTOM + 16, f"{x:.2g}", 'text-anchor="middle"'))
+    for label, x, y in pts:
+        right = px(x) > (LEFT + W - RIGHT) / 2                  # a label on the right half reads leftwards
+        out += [f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="#1f5fa8"/>',
+                _text(px(x) + (-7 if right else 7), py(y) - 6, label, 'text-anchor="end"' if right else "")]
+    _write_text(path, "\n".join(out + ["</svg>", ""]))
