@@ -258,6 +258,18 @@ def _write(path, write):
 
 # -- loss curves (the model cards in weights/) --------------------------------------------------
 
+def _frame(title, xlabel, ylabel):
+    """The opening lines of a one-panel SVG: canvas, title, plot frame, axis labels."""
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+            'font-family="sans-serif" font-size="12">', f'<rect width="{W}" height="{H}" fill="white"/>',
+            _text(W / 2, 22, title, 'text-anchor="middle" font-size="14"'),
+            f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
+            'fill="none" stroke="#444"/>',
+            _text((LEFT + W - RIGHT) / 2, H - 14, xlabel, 'text-anchor="middle"'),
+            _text(18, (TOP + H - BOTTOM) / 2, ylabel,
+                  f'text-anchor="middle" transform="rotate(-90 18 {(TOP + H - BOTTOM) / 2})"')]
+
+
 def loss_svg(rows, title, path):
     """Train and validation loss (nats/token) against training tokens, from a trainer's log.csv rows
     (dicts with tokens, train_loss, val_loss; empty = not measured at that step). Written atomically."""
@@ -270,14 +282,7 @@ def loss_svg(rows, title, path):
     y0, y1 = math.floor(min(y for _, y in pts)), math.ceil(max(y for _, y in pts))
     px = lambda x: LEFT + (W - LEFT - RIGHT) * x / x1                          # noqa: E731
     py = lambda y: H - BOTTOM - (H - TOP - BOTTOM) * (y - y0) / max(y1 - y0, 1)  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-           'font-family="sans-serif" font-size="12">', f'<rect width="{W}" height="{H}" fill="white"/>',
-           _text(W / 2, 22, title, 'text-anchor="middle" font-size="14"'),
-           f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
-           'fill="none" stroke="#444"/>',
-           _text((LEFT + W - RIGHT) / 2, H - 14, "training tokens (millions)", 'text-anchor="middle"'),
-           _text(18, (TOP + H - BOTTOM) / 2, "loss (nats/token)",
-                 f'text-anchor="middle" transform="rotate(-90 18 {(TOP + H - BOTTOM) / 2})"')]
+    out = _frame(title, "training tokens (millions)", "loss (nats/token)")
     for y in range(y0, y1 + 1):
         out += [f'<line x1="{LEFT}" y1="{py(y):.1f}" x2="{W - RIGHT}" y2="{py(y):.1f}" stroke="#ddd"/>',
                 _text(LEFT - 6, py(y) + 4, str(y), 'text-anchor="end"')]
@@ -303,14 +308,7 @@ def tradeoff_svg(points, path, title="time per token against judged perplexity (
     y0, y1 = _decades(min(y for _, _, y in pts), max(y for _, _, y in pts))
     px = lambda x: LEFT + (W - LEFT - RIGHT) * x / x1                                          # noqa: E731
     py = lambda y: H - BOTTOM - (H - TOP - BOTTOM) * math.log10(y / y0) / math.log10(y1 / y0)  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-           'font-family="sans-serif" font-size="12">', f'<rect width="{W}" height="{H}" fill="white"/>',
-           _text(W / 2, 22, title, 'text-anchor="middle" font-size="14"'),
-           f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
-           'fill="none" stroke="#444"/>',
-           _text((LEFT + W - RIGHT) / 2, H - 14, "measured ms per generated token", 'text-anchor="middle"'),
-           _text(18, (TOP + H - BOTTOM) / 2, "judged perplexity",
-                 f'text-anchor="middle" transform="rotate(-90 18 {(TOP + H - BOTTOM) / 2})"')]
+    out = _frame(title, "measured ms per generated token", "judged perplexity")
     y = y0
     while y <= y1 * 1.0001:
         out += [f'<line x1="{LEFT}" y1="{py(y):.1f}" x2="{W - RIGHT}" y2="{py(y):.1f}" stroke="#ddd"/>',
