@@ -41,31 +41,25 @@ def _add_sampling_args(p):
 
 def _add_diffusion_args(p, visual=True):
     """A flag for each field of diffusion.Options that names one; None is spelled "none" here only."""
-    from dataclasses import fields
-
     from .decoding.diffusion import Options
     d = p.add_argument_group("masked diffusion")
-    for f in fields(Options):
-        if "flag" in f.metadata:
-            kw = {k: v for k, v in f.metadata.items() if k != "flag"}
-            if "choices" in kw:
-                kw["choices"] = ["none" if c is None else c for c in kw["choices"]]
-            default = "none" if "choices" in kw and f.default is None else f.default
-            help = kw.pop("help") + ("" if default is None else f" (default {default})")
-            if "choices" not in kw:
-                kw["metavar"] = "N" if kw["type"] is int else "X"
-            d.add_argument(f.metadata["flag"], dest=f.name, default=None, help=help, **kw)
+    for f in Options.flagged():
+        kw = {k: v for k, v in f.metadata.items() if k != "flag"}
+        if "choices" in kw:
+            kw["choices"] = ["none" if c is None else c for c in kw["choices"]]
+        default = "none" if "choices" in kw and f.default is None else f.default
+        help = kw.pop("help") + ("" if default is None else f" (default {default})")
+        if "choices" not in kw:
+            kw["metavar"] = "N" if kw["type"] is int else "X"
+        d.add_argument(f.metadata["flag"], dest=f.name, default=None, help=help, **kw)
     if visual:
         d.add_argument("--visual", action="store_true", help="redraw the canvas in place as it denoises")
 
 
 def diffusion_options(args):
     """The denoising keywords the flags set: only those given, "none" read as None."""
-    from dataclasses import fields
-
     from .decoding.diffusion import Options
-    given = {f.name: getattr(args, f.name) for f in fields(Options)
-             if "flag" in f.metadata and getattr(args, f.name) is not None}
+    given = {f.name: getattr(args, f.name) for f in Options.flagged() if getattr(args, f.name) is not None}
     return {name: None if value == "none" else value for name, value in given.items()}
 
 
@@ -248,14 +242,12 @@ AR_ONLY = {"truncate": "--truncate", "min_p": "--min-p", "repeat_penalty": "--re
 
 
 def _refuse_other_modes_flags(args, mode):
-    from dataclasses import fields
-
     from .decoding.diffusion import Options
     if mode == "diffusion":
         given = [flag for name, flag in AR_ONLY.items() if getattr(args, name) not in (None, False)]
     else:
-        given = [f.metadata["flag"] for f in fields(Options) if "flag" in f.metadata
-                 and getattr(args, f.name) is not None] + (["--visual"] if args.visual else [])
+        given = [f.metadata["flag"] for f in Options.flagged()
+                 if getattr(args, f.name) is not None] + (["--visual"] if args.visual else [])
     if given:
         other = "masked diffusion" if mode == "ar" else "autoregressive decoding"
         this = "autoregressive" if mode == "ar" else "masked diffusion"
@@ -263,7 +255,7 @@ def _refuse_other_modes_flags(args, mode):
 
 
 def run_diffusion(args, model, prompt, infill=False, seed=None, echo=False):
-    from .decoding.diffusion import Denoised
+    from .decoding.diffusion import to_the_end
     from .decoding.generate import cut_at_stop
     from .decoding.visual import LiveView
     options = diffusion_options(args)
@@ -283,11 +275,7 @@ def run_diffusion(args, model, prompt, infill=False, seed=None, echo=False):
                     given=options.get("fixed")) if args.visual else None
     if echo:
         _write(prompt + ("\n" if view and view.live else ""))   # the live view redraws whole lines
-    for item in steps:
-        if isinstance(item, Denoised):
-            result = item
-        elif view:
-            view.on_step(item.index, item.canvas, item.committed)
+    result = to_the_end(steps, view.on_step if view else None)
     out = result.canvas[first:last].tolist() if infill else result.ids
     text = cut_at_stop(model.text(out), getattr(args, "stop", None))
     if view:

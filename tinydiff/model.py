@@ -315,11 +315,7 @@ class Model:
 
     def denoise_result(self, ids, gen_length=128, *, on_step=None, fixed=None, **options):
         """The diffusion.Denoised of a run, calling on_step(step, canvas_ids, committed_mask) after each step."""
-        for item in self.denoise_steps(ids, gen_length, fixed, **options):
-            if isinstance(item, diffusion.Denoised):
-                return item
-            if on_step is not None:
-                on_step(item.index, item.canvas, item.committed)
+        return diffusion.to_the_end(self.denoise_steps(ids, gen_length, fixed, **options), on_step)
 
     def denoise_ids(self, ids, gen_length=128, *, on_step=None, **options):
         """The generated ids (up to and including the first EOS with eos="stop")."""

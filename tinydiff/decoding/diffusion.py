@@ -71,7 +71,7 @@ block_length holes, left to right.
 """
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 import numpy as np
@@ -199,6 +199,11 @@ class Options:
                              "(use entropy_bound, or remasking='low_confidence' or 'margin')")
 
     @classmethod
+    def flagged(cls):
+        """The fields the command line makes a flag of (their metadata name it)."""
+        return [f for f in fields(cls) if "flag" in f.metadata]
+
+    @classmethod
     def of(cls, **options):
         """Options from keywords, an unknown name being a UsageError that lists the known ones."""
         return from_keywords(cls, "denoising option", options)
@@ -223,6 +228,16 @@ def plan(holes, steps, block_length):
 
 
 # -- the mask token and the canvas -------------------------------------------------------------
+
+def to_the_end(items, on_step=None):
+    """The Denoised that ends denoise_steps' items, calling on_step(step, canvas_ids,
+    committed_mask) after each Step on the way."""
+    for item in items:
+        if isinstance(item, Denoised):
+            return item
+        if on_step is not None:
+            on_step(item.index, item.canvas, item.committed)
+
 
 def mask_token_id(config, tokenizer):
     """config.json's mask_token_id, else a special token with a usual mask name, else None."""

@@ -15,12 +15,11 @@ entropy. --plot draws measured ms per token against judged perplexity: down and 
 import time
 from dataclasses import dataclass
 
-import numpy as np
 
 from ..engine.ledger import Ledger
 from ..errors import UsageError
 from ..measure.roofline import predict_seconds
-from .evaluate import OPENINGS, JudgeRow, Seq, judge_row
+from .evaluate import JudgeRow, continuations, judge_row
 
 
 @dataclass
@@ -64,12 +63,9 @@ def settings(ar, mdm, bd, n, temperature):
 
 def run_setting(label, model, generate, judge, samples, roofline):
     """Row of one setting: the samples generated inside a Ledger, timed, then judged."""
-    seqs = []
     with Ledger() as led:
         t0 = time.perf_counter()
-        for i in range(samples):
-            prompt = model.tokenizer.encode(OPENINGS[i % len(OPENINGS)], add_special_tokens=False)
-            seqs.append(Seq(np.array(prompt + list(generate(prompt, i)), np.int64), len(prompt)))
+        seqs = continuations(model, samples, generate)
         seconds = time.perf_counter() - t0
     passes = led.passes
     flops = sum(p["flops"] for p in passes)

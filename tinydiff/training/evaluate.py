@@ -473,17 +473,26 @@ def judge_row(model, judge, samples, setting, passes=0.0, seconds=0.0):
     return JudgeRow(setting, samples, texts, float(nats.sum()), int(tokens.sum()), entropy, passes, seconds)
 
 
-def draw_samples(model, n, gen_length, seed, **options):
-    """([Seq] n samples, mean forward passes): sample i continues OPENINGS[i % 8] with seed seed + i.
+def continuations(model, n, generate):
+    """[Seq] of n samples: sample i continues OPENINGS[i % 8] by generate(opening ids, i) -> new ids.
 
-    The opening starts the canvas, as a story starts every training sequence (no EOT before it)."""
-    samples, passes = [], 0
+    The opening starts the sequence, as a story starts every training sequence (no EOT before it)."""
+    samples = []
     for i in range(n):
         prompt = model.tokenizer.encode(OPENINGS[i % len(OPENINGS)], add_special_tokens=False)
+        samples.append(Seq(np.array(prompt + list(generate(prompt, i)), np.int64), len(prompt)))
+    return samples
+
+
+def draw_samples(model, n, gen_length, seed, **options):
+    """([Seq] n denoised samples, mean forward passes): sample i with seed seed + i."""
+    passes = []
+
+    def generate(prompt, i):
         result = model.denoise_result(prompt, gen_length, seed=seed + i, **options)
-        samples.append(Seq(np.array(prompt + list(result.ids), np.int64), len(prompt)))
-        passes += result.passes
-    return samples, passes / n
+        passes.append(result.passes)
+        return result.ids
+    return continuations(model, n, generate), sum(passes) / n
 
 
 def generative_perplexity(model, judge, n, gen_length, steps=(None,), thresholds=(None,), temps=(1.0,),
