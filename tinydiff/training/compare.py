@@ -15,7 +15,6 @@ entropy. --plot draws measured ms per token against judged perplexity: down and 
 import time
 from dataclasses import dataclass
 
-
 from ..engine.ledger import Ledger
 from ..errors import UsageError
 from ..measure.roofline import predict_seconds
