@@ -85,7 +85,7 @@ def load(path, threads=None):
         return Model(config, weights, tokenizer, path, stored, threads)
     if not os.path.isdir(path):
         raise ModelError(f"{path}: not a model folder (config.json, model.safetensors, tokenizer.json) "
-                         "or a .gguf file")
+                         "or a .gguf file, nor a shipped model's name (tinydiff models)")
     config = load_config(path)
     ckpt = load_checkpoint(path)
     weights = load_weights(config, ckpt)
