@@ -4,61 +4,88 @@
 #define NR (2 * VL)
 #define MR (VL == 16 ? 12 : 6)
 #define MR_REST 4 /* tile height for the rows left over */
+#define FEW_RW 4 /* few rows: weight rows per register tile */
+#define FEW_RX (VL == 16 ? 4 : 2) /* few rows: x rows per tile; FEW_RX * FEW_RW sums + FEW_RX + 1 registers */
 
 #include "dot_isa.h"
 
-/* ---- few rows: dot products ---- */
+/* ---- few rows: register tiles of dot products ---- */
 
-/* y[0:4] = x[k] . w[4,k] (four weight rows k apart) */
-TARGET TD_INLINE void ISA(dot4)(const float *x, const float *w, int64_t k, float *y)
+/* s[rx][rw] = x rows [rx, k] . weight rows [rw, k], each rows k apart. Every entry is summed as
+   vec_dot_f32 sums it (one vector of partial sums in k order, halved, then the tail), so it does
+   not depend on the tile it was computed in, nor on how many x rows came with it. rx and rw are
+   constants after inlining: the rx * rw sums live in registers, and each weight vector loaded
+   is used rx times, each x vector rw times. */
+TARGET TD_INLINE void ISA(dot_tile)(const float *x, const float *w, int64_t k, float *s, const int rx, const int rw,
+                                    const float *ahead)
 {
-    const float *w0 = w, *w1 = w + k, *w2 = w + 2 * k, *w3 = w + 3 * k;
-    VEC a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+    VEC acc[FEW_RX][FEW_RW];
+    for (int r = 0; r < rx; r++)
+        for (int c = 0; c < rw; c++)
+            acc[r][c] = (VEC){0};
     int64_t p = 0;
-    for (; p + 2 * VL <= k; p += 2 * VL) { /* two sums per row: eight FMA chains in flight */
-        VEC xv = vload(x + p), xu = vload(x + p + VL);
-        a0 += vload(w0 + p) * xv, b0 += vload(w0 + p + VL) * xu;
-        a1 += vload(w1 + p) * xv, b1 += vload(w1 + p + VL) * xu;
-        a2 += vload(w2 + p) * xv, b2 += vload(w2 + p + VL) * xu;
-        a3 += vload(w3 + p) * xv, b3 += vload(w3 + p + VL) * xu;
-    }
     for (; p + VL <= k; p += VL) {
-        VEC xv = vload(x + p);
-        a0 += vload(w0 + p) * xv;
-        a1 += vload(w1 + p) * xv;
-        a2 += vload(w2 + p) * xv;
-        a3 += vload(w3 + p) * xv;
+        VEC xv[FEW_RX];
+        for (int r = 0; r < rx; r++)
+            xv[r] = vload(x + r * k + p);
+        for (int c = 0; c < rw; c++) {
+            if (ahead)
+                __builtin_prefetch(ahead + c * k + p);
+            VEC wv = vload(w + c * k + p);
+            for (int r = 0; r < rx; r++)
+                acc[r][c] += xv[r] * wv;
+        }
     }
-    float s0 = vsum(a0 + b0), s1 = vsum(a1 + b1), s2 = vsum(a2 + b2), s3 = vsum(a3 + b3);
-    for (; p < k; p++) {
-        s0 += w0[p] * x[p];
-        s1 += w1[p] * x[p];
-        s2 += w2[p] * x[p];
-        s3 += w3[p] * x[p];
-    }
-    y[0] = s0, y[1] = s1, y[2] = s2, y[3] = s3;
+    for (int r = 0; r < rx; r++)
+        for (int c = 0; c < rw; c++) {
+            float t = vsum(acc[r][c]);
+            for (int64_t q = p; q < k; q++)
+                t += x[r * k + q] * w[c * k + q];
+            s[r * rw + c] = t;
+        }
 }
 
-/* tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e) against every x row */
+/* dot_tile for rx <= FEW_RX x rows and rw <= FEW_RW weight rows, each case a constant tile */
+TARGET TD_INLINE void ISA(dot_tiles)(const float *x, const float *w, int64_t k, float *s, int rx, int rw,
+                                     const float *ahead)
+{
+    if (rw == FEW_RW)
+        switch (rx) {
+#define TILE(r) case r: ISA(dot_tile)(x, w, k, s, r, FEW_RW, ahead); return;
+        TILE(1) TILE(2)
+#if FEW_RX > 2
+        TILE(3) TILE(4)
+#endif
+#if FEW_RX > 4
+        TILE(5) TILE(6) TILE(7) TILE(8)
+#endif
+#undef TILE
+        }
+    for (int r = 0; r < rx; r++) /* the last few weight rows of a matrix */
+        for (int c = 0; c < rw; c++)
+            ISA(dot_tile)(x + r * k, w + c * k, k, s + r * rw + c, 1, 1, NULL);
+}
+
+/* tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e) against every x row: FEW_RW weight
+   rows at a time, read from memory once and kept in L1 while the x rows pass by FEW_RX at a time */
 TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
 {
     const struct mm *a = ctx;
-    const float *w = a->w;
-    int64_t k = a->k, m = a->m, j = b * ROWS_PER_TASK, j1 = e * ROWS_PER_TASK;
-    if (j1 > m)
-        j1 = m;
-    for (; j + 4 <= j1; j += 4)
-        for (int64_t i = 0; i < a->n; i++) {
-            float s[4], *y = a->y + i * m + j;
-            ISA(dot4)(a->x + i * k, w + j * k, k, s);
-            for (int c = 0; c < 4; c++)
-                y[c] = a->acc ? y[c] + s[c] : s[c];
+    int64_t k = a->k, m = a->m, j1 = e * ROWS_PER_TASK < m ? e * ROWS_PER_TASK : m;
+    for (int64_t j = b * ROWS_PER_TASK; j < j1; j += FEW_RW) {
+        int rw = j1 - j < FEW_RW ? (int)(j1 - j) : FEW_RW;
+        for (int64_t i = 0; i < a->n; i += FEW_RX) {
+            int rx = a->n - i < FEW_RX ? (int)(a->n - i) : FEW_RX;
+            float s[FEW_RX * FEW_RW];
+            const float *w = (const float *)a->w + j * k;
+            ISA(dot_tiles)(a->x + i * k, w, k, s, rx, rw, i == 0 && rw == FEW_RW ? w + FEW_RW * k : NULL);
+            for (int r = 0; r < rx; r++)
+                for (int c = 0; c < rw; c++) {
+                    float *y = a->y + (i + r) * m + j + c;
+                    *y = a->acc ? *y + s[r * rw + c] : s[r * rw + c];
+                }
         }
-    for (; j < j1; j++)
-        for (int64_t i = 0; i < a->n; i++) {
-            float s = ISA(vec_dot_f32)(k, a->x + i * k, w + j * k);
-            a->y[i * m + j] = a->acc ? a->y[i * m + j] + s : s;
-        }
+    }
 }
 
 /* ---- many rows: packed panels and register tiles ---- */
@@ -170,3 +197,5 @@ static const struct mm_kernels ISA(matmul_kernels) = {.rows = ISA(matmul_rows), 
 #undef NR
 #undef MR
 #undef MR_REST
+#undef FEW_RW
+#undef FEW_RX

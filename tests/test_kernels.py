@@ -68,6 +68,18 @@ def test_matmul_strided_and_wrong_types(n, k, m, seed):
     check_matmul((big_x[:n, :k] * 10).astype(np.int32), big_w[:m, :k])
 
 
+@given(k=st.one_of(ODD, st.integers(250, 600)), m=st.integers(1, 40), seed=st.integers(0, 99))
+def test_matmul_few_rows_do_not_depend_on_their_company(level, k, m, seed):
+    """Below the GEMM's 16 rows, x rows pass the weights in register tiles of several rows; each
+    product is summed as one row alone sums it, so a row's result is bit for bit the same
+    whichever rows (and how many) came with it: a block of a block-diffusion pass gives what
+    its positions give one at a time."""
+    x, w = data(seed, 15, k), data(seed + 1, m, k)
+    alone = np.stack([K.matmul(x[i:i + 1], w)[0] for i in range(15)])
+    for n in range(1, 16):
+        np.testing.assert_array_equal(K.matmul(x[:n], w), alone[:n])
+
+
 def test_matmul_large(level):
     """Several k panels, x row chunks and tile edges at once (n, k, m not multiples of any tile)."""
     check_matmul(data(0, 301, 777), data(1, 259, 777))
