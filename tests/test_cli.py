@@ -235,37 +235,49 @@ def fixed_roofline(monkeypatch):
 
 
 def test_bench_json_has_each_test_with_its_ledger_costs(capsys, fixed_roofline):
-    assert main(["bench", "-m", MODEL, "-p", "16", "-n", "4", "-d", "16x2", "-r", "2", "--json"]) == 0
+    assert main(["bench", "-m", MODEL, "-p", "16", "-n", "4", "-d", "16x2", "-b", "16x8x2", "-r", "2", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["test"] for r in rows] == ["pp16", "tg4", "dd16x2"]
+    assert [r["test"] for r in rows] == ["pp16", "tg4", "dd16x2", "bd16x8x2"]
     model = tinydiff.load(MODEL)
-    pp, tg, dd = rows
-    assert pp["flops"] == tinydiff.cost.forward(model.config, 16, 0, CAUSAL)["flops"]
-    assert tg["flops"] == sum(tinydiff.cost.forward(model.config, 1, i, CAUSAL)["flops"] for i in range(1, 5))
-    assert dd["flops"] == 2 * tinydiff.cost.forward(model.config, 16, 0, BIDIRECTIONAL)["flops"]
+    pp, tg, dd, bd = rows
+    cost = tinydiff.cost.forward
+    assert pp["flops"] == cost(model.config, 16, 0, CAUSAL)["flops"]
+    assert tg["flops"] == sum(cost(model.config, 1, i, CAUSAL)["flops"] for i in range(1, 5))
+    assert dd["flops"] == 2 * cost(model.config, 16, 0, BIDIRECTIONAL)["flops"]
+    # the one-token prompt; then per block of 8, two steps seeing the cache and the block, one clean pass
+    blocks = [cost(model.config, 8, lo, BIDIRECTIONAL)["flops"] * 2 + cost(model.config, 8, lo, CAUSAL)["flops"]
+              for lo in (1, 9)]
+    scored = tinydiff.cost.sampling(2 * (8 + 4), model.config.vocab_size)[0]   # each step's masked rows
+    assert bd["flops"] == cost(model.config, 1, 0, CAUSAL)["flops"] + sum(blocks) + scored and bd["tokens"] == 16
     assert all(len(r["seconds"]) == 2 and r["roofline_seconds"] > 0 for r in rows)
 
 
 def test_bench_table_and_bad_test_spec(capsys, fixed_roofline):
-    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-r", "1"]) == 0
+    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "8", "-d", "8x1", "-b", "8x4x2", "-r", "1"]) == 0
     out = capsys.readouterr().out
-    assert "pp8" in out and "tg2" in out and "dd8x1" in out and "%" in out
+    assert "pp8" in out and "tg8" in out and "dd8x1" in out and "bd8x4x2" in out and "%" in out
+    line = next(l for l in out.splitlines() if l.startswith(f"{MODEL} bd8x4x2:"))   # 2 blocks: 7 passes in all
+    assert "2 tokens a step, 1.14 a pass; ms per token" in line and "x tg8's" in line
     line = next(l for l in out.splitlines() if "weights read at" in l)   # the decode test's weight bandwidth
     gbs = float(line.split("weights read at ")[1].split()[0])
-    assert line.startswith(f"{MODEL} tg2:") and f"{gbs / 10.0:.0%} of the memory's 10.0 GB/s" in line
+    assert line.startswith(f"{MODEL} tg8:") and f"{gbs / 10.0:.0%} of the memory's 10.0 GB/s" in line
     assert main(["bench", "-m", MODEL, "-p", "8", "-d", "8y1"]) == 2
     assert "8y1" in capsys.readouterr().err
+    for bad in ("8x4", "10x4x2", "8x2x4", "8x0x1"):                      # too few parts, N % B, S > B, B = 0
+        assert main(["bench", "-m", MODEL, "-p", "8", "-b", bad]) == 2
+        assert bad in capsys.readouterr().err
 
 
 def test_bench_runs_each_weight_type_and_gives_ratios(capsys, fixed_roofline):
-    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-r", "1", "--type", "f32,q8_0",
-                 "--json"]) == 0
+    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-b", "8x8x1", "-r", "1", "--type",
+                 "f32,q8_0", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["model"].split()[-1], r["test"]) for r in rows] == [
-        ("f32", "pp8"), ("f32", "tg2"), ("f32", "dd8x1"), ("q8_0", "pp8"), ("q8_0", "tg2"), ("q8_0", "dd8x1")]
-    f32_tg, q8_tg = rows[1], rows[4]
+        (t, test) for t in ("f32", "q8_0") for test in ("pp8", "tg2", "dd8x1", "bd8x8x1")]
+    f32_tg, q8_tg = rows[1], rows[5]
     assert q8_tg["flops"] == f32_tg["flops"] and q8_tg["bytes"] < 0.5 * f32_tg["bytes"]
-    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-r", "1", "--type", "f32,q4_0"]) == 0
+    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-b", "8x8x1", "-r", "1", "--type",
+                 "f32,q4_0"]) == 0
     out = capsys.readouterr().out
     assert "tg2: q4_0" in out and "x the f32 t/s" in out
     assert main(["bench", "-m", MODEL, "--type", "q3"]) == 2

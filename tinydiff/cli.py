@@ -95,7 +95,7 @@ def build_parser():
     _add_diffusion_args(f)
     f.set_defaults(run=cmd_infill)
 
-    b = sub.add_parser("bench", help="llama-bench style speed tests (pp, tg, and dd for diffusion)")
+    b = sub.add_parser("bench", help="llama-bench style speed tests (pp, tg, and dd / bd for diffusion)")
     b.add_argument("-m", "--model", action="append", default=None, help="model folder or .gguf file (repeatable)")
     b.add_argument("--shape", action="append", default=None,
                    help="a real model shape with random weights (default without -m: all of them)")
@@ -103,6 +103,8 @@ def build_parser():
     b.add_argument("-n", "--n-gen", type=int, action="append", default=None, help="tg test sizes (default 128)")
     b.add_argument("-d", "--diffusion", action="append", default=None,
                    help="dd tests as LxS: canvas L for S steps (default 256x4)")
+    b.add_argument("-b", "--block-diffusion", action="append", default=None,
+                   help="bd tests as NxBxS: N tokens in blocks of B, S steps a block (default 128x8x2)")
     b.add_argument("--type", default=None,
                    help="weight types to run each model in, quantized in memory, e.g. f32,q8_0,q4_0 "
                         "(default: as loaded); the t/s of each type is also given as a ratio to the first")
@@ -300,6 +302,7 @@ def cmd_bench(args):
         HEADER,
         as_json,
         bench,
+        block_ratios,
         parse_test,
         type_ratios,
         weight_bandwidth,
@@ -338,17 +341,19 @@ def cmd_bench(args):
     if args.json:
         print(as_json(results))
         return
-    for lines in (weight_bandwidth(results, roofline), type_ratios(results, types) if len(types) > 1 else ""):
+    for lines in (weight_bandwidth(results, roofline), block_ratios(results),
+                  type_ratios(results, types) if len(types) > 1 else ""):
         if lines:
             print("\n" + lines)
 
 
 def _bench_tests(args, n_ctx):
-    """The test specs: the ones asked for, else llama-bench's defaults (pp512, tg128, and dd256x4)
-    made to fit a context of n_ctx positions (None: as they are)."""
-    fit = (lambda n: n) if n_ctx is None else (lambda n: min(n, n_ctx - 1))   # tg reads one more
+    """The test specs: the ones asked for, else llama-bench's defaults (pp512, tg128, and dd256x4,
+    bd128x8x2) made to fit a context of n_ctx positions (None: as they are)."""
+    fit = (lambda n: n) if n_ctx is None else (lambda n: min(n, n_ctx - 1))   # tg and bd read one more
     return ([f"pp{n}" for n in args.n_prompt or [fit(512)]] + [f"tg{n}" for n in args.n_gen or [fit(128)]]
-            + [f"dd{d}" for d in args.diffusion or [f"{fit(256)}x4"]])
+            + [f"dd{d}" for d in args.diffusion or [f"{fit(256)}x4"]]
+            + [f"bd{b}" for b in args.block_diffusion or [f"{fit(128) // 8 * 8}x8x2"]])
 
 
 def _weight_types(text, command="cost"):

@@ -3,6 +3,11 @@
     pp N     prompt processing: one causal pass over N positions
     tg N     text generation: N decode passes, one token each, after a one-token prompt
     dd LxS   diffusion: S bidirectional passes over a canvas of L positions (S steps make L tokens)
+    bd NxBxS block diffusion: N tokens after a one-token prompt, B at a time, S steps a block, each
+             step committing B/S of them (a fixed schedule: with random weights no rule of
+             confidence means anything), then the block's clean pass; the real sampler runs
+             (decoding.diffusion), so its passes, scoring and Python are all in the time. Its
+             t/s against tg's is the block model's speed against AR decoding at B/S tokens a step.
 
 Each test runs `repetitions` times inside a Ledger, so its FLOPs and bytes come from the same code
 that ran; the table shows tokens/s (mean ± sd), the GB/s and GFLOP/s achieved, and the share of
@@ -17,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..decoding.diffusion import Options, denoise_steps, to_the_end
 from ..engine.ledger import Ledger
 from ..engine.masks import BIDIRECTIONAL
 from ..errors import UsageError
@@ -27,8 +33,8 @@ class Result:
     model: str
     params: int
     threads: int
-    test: str             # "pp512", "tg128", "dd256x8"
-    tokens: int           # tokens produced (tg, dd) or processed (pp) per repetition
+    test: str             # "pp512", "tg128", "dd256x8", "bd128x8x2"
+    tokens: int           # tokens produced (tg, dd, bd) or processed (pp) per repetition
     seconds: list         # wall time of each repetition
     flops: int            # per repetition, from the ledger
     bytes: int            # per repetition, from the ledger
@@ -54,24 +60,30 @@ HEADER = ("| model                |   params | threads |      test |            
 
 
 def parse_test(spec):
-    """'pp512' / 'tg128' / 'dd256x8' -> (kind, n, steps)."""
+    """'pp512' / 'tg128' / 'dd256x8' / 'bd128x8x2' -> (kind, n, steps, block): steps a block for bd,
+    in all for dd, 1 for pp and tg; block 0 but for bd."""
     kind, rest = spec[:2], spec[2:]
     try:
         if kind in ("pp", "tg") and int(rest) > 0:
-            return kind, int(rest), 1
+            return kind, int(rest), 1, 0
         if kind == "dd":
             L, S = (int(v) for v in rest.lower().split("x"))
             if L > 0 and S > 0:
-                return kind, L, S
+                return kind, L, S, 0
+        if kind == "bd":
+            N, B, S = (int(v) for v in rest.lower().split("x"))
+            if N > 0 and B > 0 and 0 < S <= B and N % B == 0:
+                return kind, N, S, B
     except ValueError:
         pass
-    raise UsageError(f"bench: test '{spec}' should look like pp512, tg128 or dd256x8")
+    raise UsageError(f"bench: test '{spec}' should look like pp512, tg128, dd256x8 or bd128x8x2 (N tokens in "
+                     f"blocks of B, S <= B steps a block, N a multiple of B)")
 
 
-def prepare(model, kind, n, steps, rng):
+def prepare(model, kind, n, steps, block, rng):
     """Sets up one repetition; returns the function to time, which returns the tokens it made."""
     cfg = model.config
-    if n + (kind == "tg") > cfg.max_position_embeddings:
+    if n + (kind in ("tg", "bd")) > cfg.max_position_embeddings:
         raise UsageError(f"bench: {kind}{n} exceeds the model's context of {cfg.max_position_embeddings}")
     ids = rng.integers(0, cfg.vocab_size, size=(1, n + 1))
     forward, state = model.transformer.forward, model.transformer.state(n + 1)
@@ -90,9 +102,17 @@ def prepare(model, kind, n, steps, rng):
             forward(ids[:, :n], state, 0, mask=BIDIRECTIONAL)
         return n
 
+    def bd():
+        mask_id = cfg.vocab_size - 1                                  # any id: the weights are what they are
+        canvas = np.full(n + 1, mask_id, np.int64)                    # [1 + n]: the prompt token, then the holes
+        canvas[0] = ids[0, 0]
+        given = np.arange(n + 1) == 0
+        options = Options(steps=n // block * steps, block_size=block, eos="keep")
+        return len(to_the_end(denoise_steps(model.transformer, canvas, given, 1, options, mask_id, ())).ids)
+
     if kind == "tg":
         forward(ids[:, :1], state, 0, last_only=True)                 # the one-token prompt, not timed
-    return {"pp": pp, "tg": tg, "dd": dd}[kind]
+    return {"pp": pp, "tg": tg, "dd": dd, "bd": bd}[kind]
 
 
 def timed(run):
@@ -106,11 +126,11 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
     rng = np.random.default_rng(seed)
     results = []
     for spec in tests:
-        kind, n, steps = parse_test(spec)
-        prepare(model, kind, min(n, 8), 1, rng)()                      # warm up: page weights in
+        kind, n, steps, block = parse_test(spec)
+        prepare(model, "pp", min(n, 8), 1, 0, rng)()                   # warm up: page weights in
         seconds, ledgers = [], []
         for _ in range(repetitions):
-            run = prepare(model, kind, n, steps, rng)
+            run = prepare(model, kind, n, steps, block, rng)
             with Ledger() as led:
                 s, tokens = timed(run)
             seconds.append(s)
@@ -152,4 +172,18 @@ def weight_bandwidth(results, roofline):
             gbs = r.weight_bytes / statistics.mean(r.seconds) / 1e9
             rows.append(f"{r.model} {r.test}: weights read at {gbs:.1f} GB/s, {gbs / roofline.mem_gbs:.0%} of the "
                         f"memory's {roofline.mem_gbs:.1f} GB/s")
+    return "\n".join(rows)
+
+
+def block_ratios(results):
+    """For each bd test: its tokens a step and a pass, and its t/s against the same model's tg test
+    of as many tokens (ms per token, block diffusion against AR decoding)."""
+    rows, tg = [], {(r.model, r.tokens): statistics.mean(r.tokens_per_s) for r in results if r.test.startswith("tg")}
+    for r in results:
+        if r.test.startswith("bd") and (r.model, r.tokens) in tg:
+            _, n, steps, block = parse_test(r.test)
+            passes = n // block * (steps + 1) + 1                      # the steps, the clean passes, the prompt
+            ratio = tg[r.model, r.tokens] / statistics.mean(r.tokens_per_s)
+            rows.append(f"{r.model} {r.test}: {block / steps:.2g} tokens a step, {n / passes:.2f} a pass; "
+                        f"ms per token {ratio:.2f}x tg{r.tokens}'s")
     return "\n".join(rows)
