@@ -46,8 +46,8 @@ block_size (block diffusion: BD3-LM, SDAR, Fast-dLLM v2): the prompt is prefille
 KV cache; the generated positions are taken block_size at a time, each block starting all-masked and
 denoised by the rules above while it attends to the cached positions before it and to itself only
 (never to a later block); once committed, one more pass writes its clean K/V into the cache, causally
-(the clean text is read as an AR model reads it, as `tinydiff train --objective block` trains it),
-and no committed position is ever recomputed. With block_size 1 and one step per block, a model whose row i predicts
+(the clean text is read as an AR model reads it, as `tinydiff train --objective block` trains it;
+the last block, which nothing reads after, skips it), and no committed position is ever recomputed. With block_size 1 and one step per block, a model whose row i predicts
 position i+1 decodes exactly as greedy autoregressive decoding does.
 
 cache (Fast-dLLM): None recomputes the whole canvas every step. "prefix": a block's first step is a
@@ -295,12 +295,12 @@ def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
                        time.perf_counter() - t_step)
             if len(pick) == len(todo):
                 break
-        if exact:                                                    # the clean block's K/V, once, causally
-            last = transformer.forward(x[:, lo:hi], state, lo, mask=CAUSAL, last_only=True)
-            passes += 1
         if o.eos == "stop" and _stop_at_eos(x, block, plan.blocks, stop_ids):
             saved = (len(plan.blocks) - b - 1) * plan.steps_per_block
             break
+        if exact and b + 1 < len(plan.blocks):                       # the clean block's K/V, once, causally,
+            last = transformer.forward(x[:, lo:hi], state, lo, mask=CAUSAL, last_only=True)  # for the next
+            passes += 1
 
     out = x[0, start:]
     if o.eos == "stop":

@@ -5,9 +5,9 @@
     dd LxS   diffusion: S bidirectional passes over a canvas of L positions (S steps make L tokens)
     bd NxBxS block diffusion: N tokens after a one-token prompt, B at a time, S steps a block, each
              step committing B/S of them (a fixed schedule: with random weights no rule of
-             confidence means anything), then the block's clean pass; the real sampler runs
-             (decoding.diffusion), so its passes, scoring and Python are all in the time. Its
-             t/s against tg's is the block model's speed against AR decoding at B/S tokens a step.
+             confidence means anything), then the block's clean pass (but the last block's); the
+             real sampler runs (decoding.diffusion), so its passes, scoring and Python are all in
+             the time. Its t/s against tg's is block diffusion's speed against AR decoding.
 
 Each test runs `repetitions` times inside a Ledger, so its FLOPs and bytes come from the same code
 that ran; the table shows tokens/s (mean ± sd), the GB/s and GFLOP/s achieved, and the share of
@@ -182,7 +182,8 @@ def block_ratios(results):
     for r in results:
         if r.test.startswith("bd") and (r.model, r.tokens) in tg:
             _, n, steps, block = parse_test(r.test)
-            passes = n // block * (steps + 1) + 1                      # the steps, the clean passes, the prompt
+            passes = n // block * (steps + 1)                          # the prompt, the steps, a clean pass a
+                                                                       # block but the last
             ratio = tg[r.model, r.tokens] / statistics.mean(r.tokens_per_s)
             rows.append(f"{r.model} {r.test}: {block / steps:.2g} tokens a step, {n / passes:.2f} a pass; "
                         f"ms per token {ratio:.2f}x tg{r.tokens}'s")
