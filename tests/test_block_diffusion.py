@@ -100,6 +100,24 @@ def test_the_models_config_decides_the_block_size_and_gguf_keeps_it(tmp_path):
     assert tinydiff.load(str(tmp_path / "bd.gguf")).config.block_size == 4
 
 
+def test_a_gguf_block_size_that_disagrees_with_the_model_is_a_model_error(tmp_path):
+    """A block size in a causal model's file (config.json, or GGUF's tinydiff.block_size beside
+    llama.attention.causal = true) contradicts itself: a model error naming both."""
+    from tinydiff.convert import convert
+    from tinydiff.errors import ModelError
+    from tinydiff.formats import gguf
+    convert(str(block_model_dir(tmp_path)), str(tmp_path / "bd.gguf"), "f32")
+    data = (tmp_path / "bd.gguf").read_bytes()
+    key = b"llama.attention.causal"
+    at = data.index(key) + len(key)                  # then the value's type (u32) and the bool itself
+    assert gguf.open_gguf(tmp_path / "bd.gguf").metadata["llama.attention.causal"] is False
+    (tmp_path / "causal.gguf").write_bytes(data[:at + 4] + b"\x01" + data[at + 5:])
+    with pytest.raises(ModelError, match="block_size 4 .* causal"):
+        tinydiff.load(str(tmp_path / "causal.gguf"))
+    with pytest.raises(ModelError, match="block_size 4 .* causal"):
+        tinydiff.load(str(block_model_dir(tmp_path / "c", is_causal=True)))
+
+
 @pytest.mark.parametrize("bad", [0, 10 ** 6, "4", 2.5])
 def test_a_config_block_size_that_is_no_block_is_a_model_error(tmp_path, bad):
     from tinydiff.errors import ModelError

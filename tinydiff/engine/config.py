@@ -251,3 +251,6 @@ def check_shapes(cfg, where):
     if cfg.block_size is not None and not 1 <= cfg.block_size <= cfg.max_position_embeddings:
         raise ModelError(f"{where}: field 'block_size' is {cfg.block_size}, not a block of 1.."
                          f"{cfg.max_position_embeddings} positions")
+    if cfg.block_size is not None and cfg.causal:    # a block model attends both ways inside a block
+        raise ModelError(f"{where}: block_size {cfg.block_size} is a block-diffusion model's, but the model "
+                         f"says its attention is causal")
