@@ -322,23 +322,42 @@ def test_bigram_baseline_scores_the_same_tokens_and_bytes_as_the_model(ar, data,
     assert (base.tokens, base.bytes) == (exact.tokens, exact.bytes)
     # counted on the very stories it scores, the bigram knows them far better than a random model
     assert base.nats_per_token < exact.nats_per_token
-    run("-m", AR, "--bigram", data, "--data", data, "--json")
+    run("-m", AR, "--bigram", data, "--data", data, "--json", "--unit", "story")
     d = json.loads(capsys.readouterr().out)
     assert d["bound"] == "bigram NLL" and d["nats"] == pytest.approx(base.nats)
 
 
 def test_command_ar_report_and_json(data, capsys):
-    run("-m", AR, "--data", data)
+    run("-m", AR, "--data", data, "--unit", "story")
     out = capsys.readouterr().out
     assert "3 stories" in out and "bits per byte" in out and "exact NLL" in out
-    run("-m", AR, "--data", data, "--json", "--max-stories", 2)
+    run("-m", AR, "--data", data, "--json", "--max-stories", 2, "--unit", "story")
     d = json.loads(capsys.readouterr().out)
-    assert d["stories"] == 2 and d["bound"] == "exact NLL"
+    assert d["stories"] == d["first_stories"] == 2 and d["bound"] == "exact NLL" and d["unit"] == "story"
     assert d["nats"] == pytest.approx(evaluate.ar_likelihood(tinydiff.load(AR), STORIES, 2).nats)
 
 
+def test_paragraphs_are_scored_each_alone_after_an_end_of_text(ar, data, capsys):
+    """The default unit: the second story's two lines are two sequences, each [EOT] line, with no
+    end-of-text scored after a paragraph and no byte counted for one."""
+    paragraphs = ["Once upon a time, a cat sat on the mat.", "Tom had a big red ball. He liked it.", "The end.",
+                  STORIES[2]]
+    seqs = evaluate.story_seqs(ar, paragraphs, unit="paragraph")
+    assert [s.first for s in seqs] == [1] * 4 and all(s.ids[0] == EOT and EOT not in s.ids[1:] for s in seqs)
+    r = evaluate.ar_likelihood(ar, paragraphs, unit="paragraph")
+    assert r.bytes == sum(len(p.encode()) for p in paragraphs) and r.stories == 4
+    alone = [evaluate.ar_likelihood(ar, [p], unit="paragraph").nats for p in paragraphs]
+    assert r.nats == pytest.approx(sum(alone))                   # no paragraph sees another
+    run("-m", AR, "--data", data, "--json")
+    d = json.loads(capsys.readouterr().out)
+    assert (d["unit"], d["stories"], d["first_stories"]) == ("paragraph", 4, 3)
+    assert d["nats"] == pytest.approx(r.nats) and d["bytes"] == r.bytes
+    run("-m", AR, "--data", data, "--max-stories", 2)
+    assert "the first 2 of 3 stories, 3 paragraphs" in capsys.readouterr().out
+
+
 def test_command_mdm_elbo(mdm_dir, data, capsys):
-    run("-m", mdm_dir, "--data", data, "--samples-per-seq", 4, "--json")
+    run("-m", mdm_dir, "--data", data, "--samples-per-seq", 4, "--json", "--unit", "story")
     d = json.loads(capsys.readouterr().out)
     assert d["bound"] == "ELBO" and d["samples_per_seq"] == 4 and d["stories"] == 3 and d["mc_se"] > 0
     run("-m", mdm_dir, "--data", data, "--samples-per-seq", 4)

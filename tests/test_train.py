@@ -13,6 +13,7 @@ import pytest
 from tinydiff.errors import UsageError
 from tinydiff.training import corpus, train
 
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "tinystories")
 WORDS = ("Once upon a time there was a little girl named Lily . She loved to play with her big red "
          "ball , One day Tom went to the park and saw a dog . They were happy").split()
 
@@ -38,6 +39,30 @@ def test_split_stories_blank_lines():
     assert corpus.split_stories(text) == [
         "Spot ran.\nThe end.", "Once upon a time, a cat.\nIt sat.",
         "Tom and Mia were best friends. They played.", "Once there was a dog."]
+
+
+def test_split_stories_by_who_is_in_them():
+    """A paragraph that opens on a character the story has not named starts a story; one that
+    names the story's own characters, opens otherwise, or names no one continues it. A name is a
+    word the text capitalises inside a sentence somewhere ('said Sara', 'named Tim')."""
+    text = ("Once upon a time, a girl named Sue had a kite.\n\nOne day, the kite flew away and Sue cried.\n\n"
+            "Sara liked to help her mom, and Mom said Sara was kind.\n\n"            # new: Sara, not yet named
+            "Sara stirred the soup.\n\n"                                           # Sara's own story goes on
+            "One day, a little boy named Tim found a rock.\n\n"                      # new: Tim
+            "But then, Max came running to Tim.\n\n"                              # opens on 'But': goes on
+            "In the barn, there was a horse named Sam, said Tim.\n\n"               # opens on 'In': goes on
+            "The End.\n\n")
+    stories = corpus.split_stories(text)
+    assert [s.split("\n")[0][:12] for s in stories] == ["Once upon a ", "Sara liked t", "One day, a l"]
+    assert stories[2].endswith("The End.") and len(stories[2].split("\n")) == 4
+    assert corpus.split_paragraphs(stories) == [p for p in text.split("\n\n") if p]
+
+
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="needs ../shared/data/tinystories")
+def test_the_validation_prefix_splits_into_about_its_900_stories():
+    stories = corpus.load_stories([os.path.join(DATA, "v1-valid-prefix.txt")])
+    assert len(stories) == 945 and len(corpus.split_paragraphs(stories)) == 4356
+    assert stories[0].startswith("Spot. Spot saw the shiny car") and stories[1].startswith("Once upon a time, in a big")
 
 
 def test_read_text_errors(tmp_path):

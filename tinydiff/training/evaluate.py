@@ -84,6 +84,8 @@ from . import corpus
 
 BATCH_POSITIONS = 4096      # positions per batched causal pass: logits stay 4096 x V float32
 PREV_CONTEXT = 64           # tokens of the previous story given before a story's EOT (docstring)
+UNITS = ("paragraph", "story")
+PLURAL = {"paragraph": "paragraphs", "story": "stories"}
 MDM_DEFAULT_STORIES = 300   # x ~250 tokens x K=8 copies: ~1.5 minutes on 2 cores
 REFERENCE_PROMPT = 4        # tokens of a held-out story given in the reference row: an opening's length
 OPENINGS = ("Once upon a time", "One day", "Lily and Ben", "There was a little", "Tom had a big",
@@ -108,6 +110,9 @@ def add_eval_arguments(p):
     p.add_argument("--data", default=None, help="held-out text (stories split by <|endoftext|> or blank lines)")
     p.add_argument("--max-stories", type=int, default=None,
                    help=f"score the first N stories (default: all; masked diffusion: {MDM_DEFAULT_STORIES})")
+    p.add_argument("--unit", default="paragraph", choices=UNITS,
+                   help="score each paragraph alone after an end-of-text (as published tiny-model evaluations "
+                        "do), or each story with the end of the one before as context (default paragraph)")
     p.add_argument("--samples-per-seq", type=int, default=8,
                    help="masked diffusion: mask draws K per story (default 8)")
     p.add_argument("-s", "--seed", type=int, default=0, help="random seed (default 0)")
@@ -150,13 +155,17 @@ def boundary_id(model):
     raise ModelError(f"{model.path or 'the model'}: no <|endoftext|> or EOS token to mark a story boundary")
 
 
-def story_seqs(model, stories, limit=None):
-    """[previous story's tail] [EOT] story [EOT] for stories[:limit]; the tail and the first EOT are given."""
+def story_seqs(model, stories, limit=None, unit="story"):
+    """The scored sequences of stories[:limit]. unit "story": [previous story's tail] [EOT] story
+    [EOT], the tail and the first EOT given. unit "paragraph" (the stories are paragraphs): [EOT]
+    paragraph, each alone, the EOT given; no EOT is scored after it (a paragraph is no end of text)."""
     eot = boundary_id(model)
 
     def ids(story):
         return model.tokenizer.encode(story, add_special_tokens=False)
 
+    if unit == "paragraph":
+        return [Seq(np.array([eot] + ids(p), np.int64), 1) for p in stories[:limit]]
     seqs = []
     for k in range(len(stories[:limit])):
         prev = ids(stories[k - 1]) if len(stories) > 1 else []          # k = 0: the file's last story
@@ -165,9 +174,9 @@ def story_seqs(model, stories, limit=None):
     return seqs
 
 
-def story_bytes(stories):
-    """UTF-8 bytes of the stories plus one per story for its end marker."""
-    return sum(len(s.encode("utf-8")) + 1 for s in stories)
+def story_bytes(stories, unit="story"):
+    """UTF-8 bytes of the stories, plus one per story for its end marker (unit "story")."""
+    return sum(len(s.encode("utf-8")) + (unit == "story") for s in stories)
 
 
 def windows(n, first, ctx):
@@ -270,12 +279,13 @@ def ratio_se(nats, tokens):
     return float(np.sqrt(((nats - r * tokens) ** 2).sum() * s / (s - 1)) / tokens.sum())
 
 
-def ar_likelihood(model, stories, limit=None):
-    """The exact NLL of stories[:limit] (the rest of the list only lends the first one its context)."""
+def ar_likelihood(model, stories, limit=None, unit="story"):
+    """The exact NLL of stories[:limit] (the rest of the list only lends the first one its context);
+    unit: story_seqs'."""
     t0 = time.perf_counter()
-    nats, tokens = ar_seq_nll(model, story_seqs(model, stories, limit))
-    return Likelihood("exact NLL", len(tokens), int(tokens.sum()), story_bytes(stories[:limit]), float(nats.sum()),
-                      ratio_se(nats, tokens), seconds=time.perf_counter() - t0)
+    nats, tokens = ar_seq_nll(model, story_seqs(model, stories, limit, unit))
+    return Likelihood("exact NLL", len(tokens), int(tokens.sum()), story_bytes(stories[:limit], unit),
+                      float(nats.sum()), ratio_se(nats, tokens), seconds=time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,14 +345,14 @@ def block_masked_losses(transformer, canvas, first, k, mask_id, rng, b):
     return total
 
 
-def mdm_likelihood(model, stories, k=8, seed=0, limit=None):
+def mdm_likelihood(model, stories, k=8, seed=0, limit=None, unit="story"):
     """The ELBO of stories[:limit] (a block model's: the block ELBO); K mask draws per window of
-    each story."""
+    each story; unit: story_seqs'."""
     t0 = time.perf_counter()
     mask_id = mask_token(model)
     rng = np.random.default_rng(seed)
     ctx, block = model.config.max_position_embeddings, model.config.block_size
-    seqs = story_seqs(model, stories, limit)
+    seqs = story_seqs(model, stories, limit, unit)
     nats, var = np.zeros(len(seqs)), np.zeros(len(seqs))
     for i, s in enumerate(seqs):
         for a, f, e in windows(len(s.ids), s.first, ctx):
@@ -353,7 +363,7 @@ def mdm_likelihood(model, stories, k=8, seed=0, limit=None):
     tokens = np.array([len(s.ids) - s.first for s in seqs])
     mc_se = float(np.sqrt(var.sum()) / tokens.sum())
     bound = f"block ELBO (blocks of {block})" if block else "ELBO"
-    return Likelihood(bound, len(seqs), int(tokens.sum()), story_bytes(stories[:limit]), float(nats.sum()),
+    return Likelihood(bound, len(seqs), int(tokens.sum()), story_bytes(stories[:limit], unit), float(nats.sum()),
                       ratio_se(nats, tokens), mc_se, k, time.perf_counter() - t0)
 
 
@@ -379,7 +389,7 @@ def kneser_ney_bigram(train, V, discount=0.75):
     return prob
 
 
-def bigram_likelihood(model, train_stories, stories, limit=None):
+def bigram_likelihood(model, train_stories, stories, limit=None, unit="story"):
     """The Kneser-Ney bigram's NLL of stories[:limit], counted on train_stories joined by EOT as in
     training, scored like ar_likelihood (same tokens, same bytes)."""
     t0 = time.perf_counter()
@@ -387,11 +397,11 @@ def bigram_likelihood(model, train_stories, stories, limit=None):
     train = np.array([eot] + [i for st in train_stories for i in
                               model.tokenizer.encode(st, add_special_tokens=False) + [eot]], np.int64)
     prob = kneser_ney_bigram(train, model.config.vocab_size)
-    seqs = story_seqs(model, stories, limit)
+    seqs = story_seqs(model, stories, limit, unit)
     nats = np.array([-np.log(prob(s.ids[s.first - 1:-1], s.ids[s.first:])).sum() for s in seqs])
     tokens = np.array([len(s.ids) - s.first for s in seqs])
-    return Likelihood("bigram NLL", len(seqs), int(tokens.sum()), story_bytes(stories[:limit]), float(nats.sum()),
-                      ratio_se(nats, tokens), seconds=time.perf_counter() - t0)
+    return Likelihood("bigram NLL", len(seqs), int(tokens.sum()), story_bytes(stories[:limit], unit),
+                      float(nats.sum()), ratio_se(nats, tokens), seconds=time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,8 +427,8 @@ class Agreement:
                 "top1_agreement": float(p), "top1_se": float(math.sqrt(p * (1 - p) / n))}
 
 
-def against(model, ref, stories, limit=None):
-    seqs = story_seqs(model, stories, limit)
+def against(model, ref, stories, limit=None, unit="story"):
+    seqs = story_seqs(model, stories, limit, unit)
     ctx = min(model.config.max_position_embeddings, ref.config.max_position_embeddings)
     kl, same, nats, ref_nats = [], [], 0.0, 0.0
     # both models run the same windows in the same order, so their rows line up
@@ -430,7 +440,7 @@ def against(model, ref, stories, limit=None):
         nats -= lp[rows, targets].sum()
         ref_nats -= lq[rows, targets].sum()
     kl, same = np.concatenate(kl), np.concatenate(same)
-    return Agreement(len(kl), story_bytes(stories[:limit]), nats, ref_nats, kl, same)
+    return Agreement(len(kl), story_bytes(stories[:limit], unit), nats, ref_nats, kl, same)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,15 +568,26 @@ def run_eval(args):
     if args.against:
         return _run_against(args, model)
     stories = _read_stories(args)
+    texts, limit = _units(args, stories, None if model.config.causal or args.bigram else MDM_DEFAULT_STORIES)
     if args.bigram:
-        result = bigram_likelihood(model, corpus.load_stories(args.bigram), stories, args.max_stories)
+        result = bigram_likelihood(model, corpus.load_stories(args.bigram), texts, limit, args.unit)
     elif model.config.causal:
-        result = ar_likelihood(model, stories, args.max_stories)
+        result = ar_likelihood(model, texts, limit, args.unit)
     else:
-        result = mdm_likelihood(model, stories, args.samples_per_seq, args.seed,
-                                args.max_stories or MDM_DEFAULT_STORIES)
-    _print(args, {"model": model.path, "stories_in_file": len(stories), **result.as_dict()},
-           lambda: likelihood_report(model, args, result, len(stories)))
+        result = mdm_likelihood(model, texts, args.samples_per_seq, args.seed, limit, args.unit)
+    scored = len(stories[:args.max_stories or (None if model.config.causal or args.bigram else MDM_DEFAULT_STORIES)])
+    _print(args, {"model": model.path, "unit": args.unit, "stories_in_file": len(stories), "first_stories": scored,
+                  **result.as_dict()}, lambda: likelihood_report(model, args, result, scored, len(stories)))
+
+
+def _units(args, stories, default_stories):
+    """(texts, limit): the first --max-stories stories (else default_stories; None: all), as their
+    paragraphs or whole (--unit); whole stories keep the rest of the list, which lends the first one
+    its context (the file's last story)."""
+    n = args.max_stories or default_stories
+    if args.unit == "paragraph":
+        return corpus.split_paragraphs(stories[:n]), None
+    return stories, n
 
 
 def _run_against(args, model):
@@ -576,10 +597,10 @@ def _run_against(args, model):
             raise UsageError(f"--against compares autoregressive models; {m.path} is masked diffusion")
     stories = _read_stories(args)
     _same_vocabulary(model, ref, "--against", args.against, stories[0])
-    result = against(model, ref, stories, args.max_stories)
+    result = against(model, ref, *_units(args, stories, None), args.unit)
     scored = len(stories[:args.max_stories])
-    _print(args, {"model": model.path, "reference": ref.path, "stories": scored, **result.as_dict()},
-           lambda: against_report(model, ref, scored, result.as_dict()))
+    _print(args, {"model": model.path, "reference": ref.path, "unit": args.unit, "stories": scored,
+                  **result.as_dict()}, lambda: against_report(model, ref, scored, args.unit, result.as_dict()))
 
 
 def _run_judge(args):
@@ -620,28 +641,33 @@ def _pm(se):
     return " ± n/a" if math.isnan(se) else f" ± {se:.4f}"
 
 
-def likelihood_report(model, args, r, available):
+def likelihood_report(model, args, r, stories, available):
     kind = "autoregressive" if model.config.causal else "masked diffusion"
     what = (f"Kneser-Ney bigram counted on {' '.join(args.bigram)}, tokenized by {model.path}" if args.bigram
             else f"{model.path} ({kind}, {model.parameter_count():,} parameters)")
+    units = PLURAL[args.unit]
+    how = ("each paragraph alone after an end-of-text" if args.unit == "paragraph" else
+           "each story and its end-of-text, after the end of the one before")
+    extra = "" if args.unit == "paragraph" else " (+1 per end-of-text)"
     lines = [f"model:  {what}",
-             f"data:   {args.data}: the first {r.stories} of {available} stories; {r.tokens:,} tokens scored "
-             f"(each story and its end-of-text); {r.bytes:,} UTF-8 bytes (+1 per end-of-text)"]
+             f"data:   {args.data}: the first {stories} of {available} stories, {r.stories} {units}; "
+             f"{r.tokens:,} tokens scored ({how}); {r.bytes:,} UTF-8 bytes{extra}"]
     if "ELBO" in r.bound:
         lines.append(f"bound:  {r.bound}, an upper bound on the NLL; K={r.samples_per_seq} stratified mask counts "
-                     f"per story (LLaDA); Monte Carlo part of the se:{_pm(r.mc_se)} nats/token")
-    lines += [f"{r.bound}: {r.nats_per_token:.4f}{_pm(r.se)} nats/token (se over stories), "
+                     f"per {args.unit} (LLaDA); Monte Carlo part of the se:{_pm(r.mc_se)} nats/token")
+    lines += [f"{r.bound}: {r.nats_per_token:.4f}{_pm(r.se)} nats/token (se over {units}), "
               f"perplexity {math.exp(r.nats_per_token):.3f}",
               f"bits per byte: {r.bits_per_byte:.4f}{_pm(r.to_bits_per_byte(r.se))}",
               f"time:   {r.seconds:.1f} s"]
     return "\n".join(lines)
 
 
-def against_report(model, ref, stories, d):
+def against_report(model, ref, stories, unit, d):
     return "\n".join([
         f"model:     {model.path}",
         f"reference: {ref.path}",
-        f"data:      {stories} stories, {d['tokens']:,} next-token predictions, {d['bytes']:,} bytes",
+        f"data:      {stories} stories (scored by {unit}), {d['tokens']:,} next-token predictions, "
+        f"{d['bytes']:,} bytes",
         f"model:     {d['model_nats_per_token']:.4f} nats/token, {d['model_bits_per_byte']:.4f} bits/byte",
         f"reference: {d['ref_nats_per_token']:.4f} nats/token, {d['ref_bits_per_byte']:.4f} bits/byte",
         f"KL(ref || model): mean {d['kl_mean']:.4g} ± {d['kl_se']:.2g} nats, median {d['kl_median']:.4g}, "
