@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -236,6 +237,56 @@ def test_pack_epoch_starts_at_story_starts():
     starts = {int(s[0]) for s in stories}
     assert seqs.shape[1] == 10 and all(int(row[0]) in starts for row in seqs)
     assert not np.array_equal(seqs, train.pack_epoch(stories, 10, seed=0, epoch=1))
+
+
+def test_pack_epoch_paragraph_starts():
+    """--paragraph-starts 1: every story starts right after one of its newlines (one with none
+    starts at its start), still packed whole from there; 0 packs as before."""
+    NL, EOT_ = 99, 98
+    stories = [np.array([1, 2, NL, 3, 4, NL, 5, EOT_]), np.array([6, 7, EOT_]), np.array([8, NL, 9, 9, 9, EOT_])]
+    plain = train.pack_epoch(stories, 4, seed=0, epoch=0)
+    assert np.array_equal(plain, train.pack_epoch(stories, 4, seed=0, epoch=0, paragraph_starts=0.0, newline=NL))
+    cut = train.pack_epoch(stories, 4, seed=0, epoch=0, paragraph_starts=0.999999, newline=NL).ravel().tolist()
+    heads = {(3, 4, NL, 5, EOT_), (5, EOT_), (6, 7, EOT_), (9, 9, 9, EOT_)}
+    pieces, piece = [], []
+    for t in cut:                                           # the packed stream back into its stories
+        piece.append(t)
+        if t == EOT_:
+            pieces.append(tuple(piece))
+            piece = []
+    assert pieces and all(p in heads for p in pieces)
+    assert 1 not in cut and 8 not in cut                    # no story kept its first paragraph
+
+
+def test_regularised_run_resumes_exactly_and_refuses_other_settings(data, tmp_path):
+    torch = pytest.importorskip("torch")
+    extra = ("--dropout", "0.1", "--input-mask", "0.1", "--tokens", "1280")
+    run(data, tmp_path / "a", *extra)
+    run(data, tmp_path / "b", *extra, "--stop-after", "3")
+    with pytest.raises(UsageError, match=r"--resume: --dropout 0.2 differs from the run's 0.1"):
+        run(data, tmp_path / "b", *extra[2:], "--dropout", "0.2", "--resume")
+    run(data, tmp_path / "b", *extra[2:], "--resume")         # the dropout left out: the run's own, args.json's
+    a = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["model"]
+    assert all(torch.equal(t, b[name]) for name, t in a.items())
+    plain = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)
+    run(data, tmp_path / "c", "--tokens", "1280")
+    other = torch.load(tmp_path / "c" / "checkpoint.pt", weights_only=False)["model"]
+    assert not all(torch.equal(t, other[name]) for name, t in plain["model"].items())   # they did something
+
+
+@pytest.mark.parametrize("extra,words", [
+    (("--dropout", "1"), "--dropout must be in [0, 1)"), (("--input-mask", "-0.1"), "--input-mask must be in"),
+    (("--paragraph-starts", "2"), "--paragraph-starts must be in"),
+])
+def test_regulariser_flags_are_checked(data, tmp_path, extra, words):
+    with pytest.raises(UsageError, match=re.escape(words)):
+        run(data, tmp_path / "x", *extra)
+
+
+def test_input_mask_is_for_the_ar_objective(data, tmp_path):
+    with pytest.raises(UsageError, match="--input-mask is a regulariser of the ar objective"):
+        run(data, tmp_path / "x", "--input-mask", "0.1", objective="mdm")
 
 
 def test_lr_schedule():

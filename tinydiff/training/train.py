@@ -93,6 +93,15 @@ def add_train_arguments(p):
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     p.add_argument("--warmup", type=int, default=100, help="warmup steps (default 100)")
     p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of matrices (default 0.1)")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="dropout on the embeddings, the attention weights and each block's two residual "
+                        "writes, while training (GPT-2's places; default 0)")
+    p.add_argument("--input-mask", type=float, default=0.0,
+                   help="ar: replace this share of input tokens by <|mask|>, the targets kept (masked-input "
+                        "regularisation; default 0)")
+    p.add_argument("--paragraph-starts", type=float, default=0.0,
+                   help="start this share of the stories at one of their later paragraphs, so text after "
+                        "<|endoftext|> may begin mid-story, as a paragraph scored alone does (default 0)")
     p.add_argument("--tokens", type=float, default=12e6, help="training tokens in all (default 12e6)")
     p.add_argument("--eval-every", type=int, default=50, help="steps between validations (default 50)")
     p.add_argument("--eval-tokens", type=int, default=65536, help="validation tokens per evaluation (default 65536)")
@@ -117,7 +126,8 @@ def add_train_arguments(p):
 
 # Settings that define a run: a resumed run takes them from args.json, not from the command line.
 RUN_KEYS = ("objective", "data", "val", "vocab_size", "dim", "layers", "heads", "kv_heads", "hidden",
-            "seq_len", "batch", "short_steps", "short_len", "lr", "warmup", "weight_decay", "tokens",
+            "seq_len", "batch", "short_steps", "short_len", "lr", "warmup", "weight_decay", "dropout",
+            "input_mask", "paragraph_starts", "tokens",
             "eval_every", "eval_tokens", "precision", "export_dtype", "seed", "block_size", "init")
 
 
@@ -130,8 +140,13 @@ def prepare_folder(args):
         with open(os.path.join(out, "args.json"), encoding="utf-8") as f:
             saved = json.load(f)
         print(f"resume: the run's settings come from {os.path.join(out, 'args.json')}", file=sys.stderr)
+        defaults = _defaults()
         for k in RUN_KEYS:
-            setattr(args, k, saved.get(k, getattr(args, k)))
+            given, was = getattr(args, k), saved.get(k, defaults[k])
+            if given != defaults[k] and given != was:
+                raise UsageError(f"--resume: --{k.replace('_', '-')} {given} differs from the run's {was} "
+                                 f"({os.path.join(out, 'args.json')}); leave it out, or start a new run")
+            setattr(args, k, was)
         return args
     if os.path.exists(out) and os.listdir(out):
         if not args.force:
@@ -155,6 +170,14 @@ def prepare_folder(args):
     return args
 
 
+def _defaults():
+    """Each flag's default: on --resume, a flag that differs from it was given on purpose."""
+    import argparse
+    p = argparse.ArgumentParser()
+    add_train_arguments(p)
+    return {a.dest: a.default for a in p._actions}
+
+
 def _check_shape(args):
     for k in ("dim", "layers", "heads", "kv_heads", "hidden", "seq_len", "batch", "eval_every", "eval_tokens"):
         if getattr(args, k) <= 0:
@@ -169,6 +192,11 @@ def _check_shape(args):
         raise UsageError(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
     if not args.lr > 0 or not args.tokens > 0:
         raise UsageError("--lr and --tokens must be positive")
+    for k in ("dropout", "input_mask", "paragraph_starts"):
+        if not 0 <= getattr(args, k) < 1:
+            raise UsageError(f"--{k.replace('_', '-')} must be in [0, 1), got {getattr(args, k)}")
+    if args.input_mask and args.objective != "ar":
+        raise UsageError(f"--input-mask is a regulariser of the ar objective; {args.objective} masks its inputs itself")
     if args.objective == "block" and (args.block_size < 1 or args.seq_len % args.block_size):
         raise UsageError(f"--block-size {args.block_size} must divide --seq-len {args.seq_len}")
 
@@ -235,13 +263,19 @@ def prepare_data(args):
     return obj, train_ids, val_ids, eot, mask
 
 
-def pack_epoch(stories, seq_len, seed, epoch):
+def pack_epoch(stories, seq_len, seed, epoch, paragraph_starts=0.0, newline=None):
     """[n, seq_len] int64: the stories in this epoch's seeded order, packed from story starts;
-    a story that does not fit is cut at the end of the sequence, and the next one starts afresh."""
+    a story that does not fit is cut at the end of the sequence, and the next one starts afresh.
+    paragraph_starts: the share of stories that begin instead right after one of their newline
+    tokens (drawn from the epoch's own seeded stream), still after the <|endoftext|> before them."""
     order = np.random.default_rng([seed, epoch]).permutation(len(stories))
+    cut = np.random.default_rng([seed, epoch, 1])
     rows, row, used = [], np.empty(seq_len, dtype=np.int64), 0
     for i in order:
         s = stories[i]
+        if paragraph_starts and cut.random() < paragraph_starts:
+            starts = np.flatnonzero(s[:-2] == newline) + 1                 # a paragraph, not the EOT, follows
+            s = s[cut.choice(starts):] if len(starts) else s
         take = min(len(s), seq_len - used)
         row[used:used + take] = s[:take]
         used += take
@@ -251,12 +285,12 @@ def pack_epoch(stories, seq_len, seed, epoch):
     return np.stack(rows)
 
 
-def batches(stories, seq_len, batch, seed, start_step):
+def batches(stories, seq_len, batch, seed, start_step, paragraph_starts=0.0, newline=None):
     """Yields (step, [batch, seq_len]) from start_step on; epochs follow each other, the last
     incomplete batch of an epoch is dropped."""
     step, epoch = 0, 0
     while True:
-        seqs = pack_epoch(stories, seq_len, seed, epoch)
+        seqs = pack_epoch(stories, seq_len, seed, epoch, paragraph_starts, newline)
         n = len(seqs) // batch
         if n == 0:
             raise UsageError(f"the training data fill fewer than --batch {batch} sequences of {seq_len} tokens")
@@ -280,8 +314,9 @@ def lr_at(step, total, peak, warmup):
 # ---------------------------------------------------------------------------------------------
 # The model and the losses (torch)
 
-def build_model(torch, cfg):
-    """A Llama with transformers' tensor names. cfg: the config.json dict."""
+def build_model(torch, cfg, dropout=0.0):
+    """A Llama with transformers' tensor names. cfg: the config.json dict; dropout: while training,
+    on the embeddings, the attention weights and the two residual writes of each block."""
     nn, F = torch.nn, torch.nn.functional
     d, hd = cfg["hidden_size"], cfg["head_dim"]
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -311,8 +346,9 @@ def build_model(torch, cfg):
             if KVH != H:  # query head h reads kv head h // (H // KVH), as transformers' repeat_kv
                 k, v = k.repeat_interleave(H // KVH, dim=1), v.repeat_interleave(H // KVH, dim=1)
             # mask: True causal, False bidirectional, or a bool [L, L] tensor (True = may attend)
-            y = (F.scaled_dot_product_attention(q, k, v, is_causal=mask) if isinstance(mask, bool)
-                 else F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+            p = dropout if self.training else 0.0
+            y = (F.scaled_dot_product_attention(q, k, v, is_causal=mask, dropout_p=p) if isinstance(mask, bool)
+                 else F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p))
             return self.o_proj(y.transpose(1, 2).reshape(B, L, H * hd))
 
     class MLP(nn.Module):
@@ -333,10 +369,11 @@ def build_model(torch, cfg):
             self.self_attn = Attention()
             self.post_attention_layernorm = RMSNorm()
             self.mlp = MLP()
+            self.drop = nn.Dropout(dropout)
 
         def forward(self, x, cos, sin, mask):
-            x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
-            return x + self.mlp(self.post_attention_layernorm(x))
+            x = x + self.drop(self.self_attn(self.input_layernorm(x), cos, sin, mask))
+            return x + self.drop(self.mlp(self.post_attention_layernorm(x)))
 
     class Body(nn.Module):
         def __init__(self):
@@ -356,6 +393,7 @@ def build_model(torch, cfg):
             self.model = Body()
             inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
             self.register_buffer("inv_freq", inv_freq, persistent=False)
+            self.drop = nn.Dropout(dropout)
 
         def hidden(self, ids, causal, pos=None):
             """[B, L] ids -> [B, L, d] final-norm hidden states. causal: True, False or a bool [L, L]
@@ -364,7 +402,7 @@ def build_model(torch, cfg):
             freqs = torch.outer(pos, self.inv_freq)
             emb = torch.cat((freqs, freqs), dim=-1)              # [L, hd]
             cos, sin = emb.cos(), emb.sin()
-            x = self.model.embed_tokens(ids)
+            x = self.drop(self.model.embed_tokens(ids))
             for layer in self.model.layers:
                 x = layer(x, cos, sin, causal)
             return self.model.norm(x)
@@ -398,9 +436,13 @@ def _init_weights(torch, model, n_layers):
         torch.nn.init.normal_(p, mean=0.0, std=std)
 
 
-def ar_loss(torch, model, x):
-    """Mean next-token cross-entropy over the sequence (nats per predicted token)."""
-    logits = model.logits(model.hidden(x[:, :-1], causal=True))
+def ar_loss(torch, model, x, input_mask=0.0, mask_id=None, gen=None):
+    """Mean next-token cross-entropy over the sequence (nats per predicted token). input_mask: the
+    share of input tokens replaced by mask_id (the targets are the true tokens)."""
+    inputs = x[:, :-1]
+    if input_mask:
+        inputs = torch.where(torch.rand(inputs.shape, generator=gen) < input_mask, mask_id, inputs)
+    logits = model.logits(model.hidden(inputs, causal=True))
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
 
 
@@ -470,10 +512,11 @@ def autocast(torch, args):
 
 
 def train_loss(torch, model, x, args, mask_id, step):
+    torch.manual_seed(args.seed * 1_000_003 + step)      # dropout's stream: a resumed run drops the same
     with autocast(torch, args):
-        if args.objective == "ar":
-            return ar_loss(torch, model, x)
         gen = step_generator(torch, args.seed, step)
+        if args.objective == "ar":
+            return ar_loss(torch, model, x, args.input_mask, mask_id, gen)
         if args.objective == "block":
             return block_loss(torch, model, x, args.block_size, mask_id, gen)
         return mdm_loss(torch, model, x, mask_rates(torch, x.shape[0], gen), mask_id, gen)
@@ -622,7 +665,7 @@ def run_train(args):
     if any(t["id"] >= vocab_size for t in tok_obj["added_tokens"]):
         raise UsageError("tokenizer: a special token's id lies outside the model vocabulary")
     cfg = model_config(args, eot, mask_id, vocab_size)
-    model = build_model(torch, cfg)
+    model = build_model(torch, cfg, args.dropout)
     if args.init and not args.resume:
         load_init(torch, model, args.init)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -675,7 +718,11 @@ def run_train(args):
     if start == 0:
         validate(0, None)
     step = start
-    for step, x in batches(train_ids, args.seq_len, args.batch, args.seed, start):
+    newline = bpe.BPE(tok_obj).encode("\n")
+    if args.paragraph_starts and len(newline) != 1:
+        raise UsageError("--paragraph-starts: the tokenizer has no single token for a newline")
+    for step, x in batches(train_ids, args.seq_len, args.batch, args.seed, start, args.paragraph_starts,
+                           newline[0] if len(newline) == 1 else None):
         if step >= total_steps or (args.stop_after is not None and step >= args.stop_after):
             break
         for g in opt.param_groups:
