@@ -215,6 +215,27 @@ def test_mdm_run_and_config(data, tmp_path):
     assert all(np.isfinite(val)) and val[-1] < val[0]
 
 
+def test_mlm15_corrupts_as_bert_does():
+    torch = pytest.importorskip("torch")
+    x = torch.randint(0, 50, (64, 1000), generator=torch.Generator().manual_seed(0))
+    xm, chosen = train.mlm_corrupt(torch, x, 99, 50, torch.Generator().manual_seed(1))
+    n = chosen.sum().item()
+    assert abs(n / x.numel() - 0.15) < 0.005
+    masked, changed = (xm == 99) & chosen, (xm != x) & (xm != 99) & chosen
+    assert abs(masked.sum().item() / n - 0.8) < 0.01
+    assert abs(changed.sum().item() / n - 0.1 * 49 / 50) < 0.01          # a random id may be the same one
+    assert torch.equal(xm[~chosen], x[~chosen])
+
+
+def test_mlm15_run_and_config(data, tmp_path):
+    pytest.importorskip("torch")
+    run(data, tmp_path / "bert", objective="mlm15")
+    cfg = json.loads((tmp_path / "bert" / "model" / "config.json").read_text())
+    assert cfg["is_causal"] is False and "mask_token_id" in cfg and "block_size" not in cfg
+    val = [float(r["val_loss"]) for r in log_rows(tmp_path / "bert")]
+    assert val[-1] < val[0] - 1.0
+
+
 def test_mdm_mask_rate():
     torch = pytest.importorskip("torch")
     x = torch.zeros((3, 20000), dtype=torch.int64)

@@ -23,6 +23,10 @@ Objectives, per sequence of token ids x (L tokens):
     mdm  t ~ U(eps, 1) (stratified over the batch); each token replaced by <|mask|> with
          probability t; loss = sum over masked i of -log p(x[i] | masked x) / t, divided by L (the
          MDLM/LLaDA bound on -log p(x) per token, so both losses are nats per token), bidirectional.
+    mlm15 (BERT, Devlin et al. 2019): 15% of the tokens chosen; of those 80% become <|mask|>,
+         10% a random token, 10% stay; loss = mean CE over the chosen tokens, bidirectional. A
+         masked-diffusion model frozen at one mask rate (t = 0.15, unweighted): the twin that
+         shows what training at every rate buys.
     block (BD3-LM's objective, with an AR model's conventions so an AR checkpoint adapts to it
          SDAR-style, --init): x is cut into blocks of --block-size; each block gets its own rate
          t ~ U(eps, 1) and is masked at it. One pass runs [noisy x ; clean x] (positions 0..L-1
@@ -72,8 +76,9 @@ LOG_FIELDS = ["step", "tokens", "lr", "train_loss", "val_loss", "elapsed_s"]
 
 
 def add_train_arguments(p):
-    p.add_argument("--objective", choices=["ar", "mdm", "block"], required=True,
-                   help="ar: next-token, causal; mdm: masked diffusion, bidirectional")
+    p.add_argument("--objective", choices=["ar", "mdm", "block", "mlm15"], required=True,
+                   help="ar: next-token, causal; mdm: masked diffusion, bidirectional; block: block "
+                        "diffusion; mlm15: BERT's masked LM, 15%% of tokens, bidirectional")
     p.add_argument("--data", nargs="+", required=True, help="training text files (stories split by <|endoftext|>)")
     p.add_argument("--val", required=True, help="held-out text file")
     p.add_argument("--out", required=True, help="run folder (refused if it exists, unless --force or --resume)")
@@ -452,6 +457,25 @@ def mdm_mask(torch, x, t, mask_id, gen):
     return torch.where(m, torch.full_like(x, mask_id), x), m
 
 
+MLM_RATE = 0.15
+
+
+def mlm_corrupt(torch, x, mask_id, vocab_size, gen):
+    """(BERT's input, bool chosen): MLM_RATE of the tokens chosen; of those 80% <|mask|>, 10% a
+    random id, 10% kept."""
+    chosen = torch.rand(x.shape, generator=gen) < MLM_RATE
+    how = torch.rand(x.shape, generator=gen)
+    random_ids = torch.randint(0, vocab_size, x.shape, generator=gen)
+    return torch.where(chosen & (how < 0.8), mask_id, torch.where(chosen & (how < 0.9), random_ids, x)), chosen
+
+
+def mlm_loss(torch, model, x, mask_id, gen):
+    """BERT's masked-LM loss (module docstring), nats per chosen token."""
+    xm, chosen = mlm_corrupt(torch, x, mask_id, model.model.embed_tokens.num_embeddings, gen)
+    h = model.hidden(xm, causal=False)[chosen]                                # [n_chosen, d]
+    return torch.nn.functional.cross_entropy(model.logits(h), x[chosen])
+
+
 def mdm_loss(torch, model, x, t, mask_id, gen):
     """The masked-diffusion bound on -log p(x) per token: sum over masked tokens of CE / t, over B*L."""
     xm, m = mdm_mask(torch, x, t, mask_id, gen)
@@ -519,6 +543,8 @@ def train_loss(torch, model, x, args, mask_id, step):
             return ar_loss(torch, model, x, args.input_mask, mask_id, gen)
         if args.objective == "block":
             return block_loss(torch, model, x, args.block_size, mask_id, gen)
+        if args.objective == "mlm15":
+            return mlm_loss(torch, model, x, mask_id, gen)
         return mdm_loss(torch, model, x, mask_rates(torch, x.shape[0], gen), mask_id, gen)
 
 
@@ -530,8 +556,9 @@ def val_windows(val_ids, seq_len, eval_tokens):
 
 
 def evaluate(torch, model, windows, args, mask_id, batch):
-    """Validation loss, nats per token. mdm: mask rates stratified over the windows, t_i in the
-    i-th of n equal slices of (eps, 1), from a fixed seed so every evaluation sees the same masks."""
+    """Validation loss, nats per token (mlm15: per chosen token). mdm: mask rates stratified over the
+    windows, t_i in the i-th of n equal slices of (eps, 1), from a fixed seed so every evaluation
+    sees the same masks."""
     model.eval()
     x_all = torch.from_numpy(windows)
     n = len(windows)
@@ -546,6 +573,9 @@ def evaluate(torch, model, windows, args, mask_id, batch):
                 count += x[:, 1:].numel()
             elif args.objective == "block":
                 total += block_loss(torch, model, x, args.block_size, mask_id, gen).item() * x.numel()
+                count += x.numel()
+            elif args.objective == "mlm15":                          # per chosen token, batches weighed
+                total += mlm_loss(torch, model, x, mask_id, gen).item() * x.numel()   # by their size
                 count += x.numel()
             else:
                 total += mdm_loss(torch, model, x, t_all[i:i + batch], mask_id, gen).item() * x.numel()
@@ -579,7 +609,7 @@ def model_config(args, eot, mask, vocab_size):
         "hidden_act": "silu",
         "torch_dtype": {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[args.export_dtype],
     }
-    if args.objective in ("mdm", "block"):
+    if args.objective in ("mdm", "block", "mlm15"):
         cfg["is_causal"] = False
         cfg["mask_token_id"] = mask
     if args.objective == "block":
