@@ -264,6 +264,13 @@ def test_unigram_entropy(mdm, ar):
     repetitive = evaluate.Seq(np.array([5, 6] + [7] * 30 + [EOT]), 2)     # "the the the ..." then EOS
     row = evaluate.judge_row(mdm, ar, [repetitive], {})
     assert row.entropy == 0.0 and row.tokens == 31
+    assert row.repeats == pytest.approx(26 / 27)                         # 27 4-grams of 7s, all but one seen
+
+
+def test_repeated_ngrams():
+    assert evaluate.repeated_ngrams([1, 2, 3, 4, 5, 6]) == 0.0 and evaluate.repeated_ngrams([1, 2, 3]) == 0.0
+    assert evaluate.repeated_ngrams([1, 2, 3, 4, 1, 2, 3, 4]) == pytest.approx(1 / 5)   # (1,2,3,4) again
+    assert evaluate.repeated_ngrams([1, 2, 1, 2, 1, 2], n=2) == pytest.approx(3 / 5)
 
 
 def test_judge_perplexity_is_exp_of_the_mean_nll_by_hand(mdm, ar):
@@ -289,6 +296,48 @@ def test_reference_row_scores_the_held_out_story_starts(mdm, ar):
     ids = [(encode(mdm, s) + [EOT])[:4 + 5] for s in STORIES]
     assert r.tokens == 15
     assert r.perplexity == pytest.approx(math.exp(sum(nll_by_hand(ar, i, 4) for i in ids) / 15), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# --infill
+
+def test_infill_by_hand():
+    """The holes: round(rate * n) of each paragraph's n tokens (at least one), seeded; a causal
+    model fills them left to right from what is left of each, a bidirectional one by Model.infill.
+    The shipped twins, so that some holes come back right."""
+    texts = ["Once upon a time, there was a little girl named Lily. She liked to play with her ball.",
+             "Tom had a big red ball. He liked to play with it in the park."]
+    for model in (tinydiff.load("stories5m-ar"), tinydiff.load("stories5m-mdm")):
+        EOT, MASK = 2046, 2047                               # the shipped tokenizer's
+        holes, correct = evaluate.infill_accuracy(model, texts, 0.3, seed=5)
+        want_holes = want_correct = 0
+        for i, text in enumerate(texts):
+            ids = np.array([EOT] + encode(model, text))
+            n = len(ids) - 1
+            k = max(1, round(0.3 * n))
+            where = 1 + np.sort(np.random.default_rng([5, i]).choice(n, size=k, replace=False))
+            if model.config.causal:
+                out = ids.copy()
+                for h in where:
+                    out[h] = int(np.argmax(model.logits(out[:h].tolist())[-1]))
+            else:
+                canvas = ids.copy()
+                canvas[where] = MASK
+                out = np.array(model.infill(canvas.tolist()))
+                assert (out[np.setdiff1d(np.arange(len(ids)), where)] == ids[np.setdiff1d(np.arange(len(ids)),
+                                                                                        where)]).all()
+            want_holes, want_correct = want_holes + k, want_correct + int((out[where] == ids[where]).sum())
+        assert (holes, correct) == (want_holes, want_correct) and 0 < correct < holes
+
+
+def test_infill_command(data, mdm_dir, capsys):
+    run("-m", AR, "--data", data, "--infill", "0.15,0.5", "--json")
+    d = json.loads(capsys.readouterr().out)
+    assert [r["rate"] for r in d["rows"]] == [0.15, 0.5] and d["paragraphs"] == 4
+    assert all(0 <= r["correct"] <= r["holes"] and r["accuracy"] == r["correct"] / r["holes"] for r in d["rows"])
+    run("-m", mdm_dir, "--data", data, "--infill", "0.5")
+    out = capsys.readouterr().out
+    assert "infill at 50%:" in out and "holes given back exactly" in out and "Model.infill" in out
 
 
 # ---------------------------------------------------------------------------------------------

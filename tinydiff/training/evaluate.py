@@ -119,6 +119,9 @@ def add_eval_arguments(p):
     p.add_argument("--json", action="store_true", help="print JSON instead of the report")
     p.add_argument("--against", default=None, metavar="REF_DIR",
                    help="reference model: KL(ref || model) and top-1 agreement on --data")
+    p.add_argument("--infill", type=_list_of(float), default=None, metavar="RATES",
+                   help="infill accuracy: hide these shares of each paragraph's tokens (comma list, e.g. "
+                        "0.15,0.5) and count the holes the model gives back exactly")
     p.add_argument("--bigram", nargs="+", default=None, metavar="TRAIN",
                    help="score --data with a Kneser-Ney bigram counted on these training files instead "
                         "(the model gives only its tokenizer): the baseline")
@@ -444,6 +447,40 @@ def against(model, ref, stories, limit=None, unit="story"):
 
 
 # ---------------------------------------------------------------------------------------------
+# --infill: filling blanks in held-out text
+
+def infill_accuracy(model, texts, rate, seed=0):
+    """(holes, correct) over texts (scored as story_seqs' paragraphs: [EOT] text, cut to the
+    context). In each, round(rate * n) of its n tokens (at least one) become holes at seeded
+    random places. A bidirectional model fills them with Model.infill (one token a step, the most
+    confident first, greedy); a causal one left to right, each hole the argmax given everything
+    left of it, its own earlier fills included (it cannot see to the right). correct: holes given
+    back the very token that was there."""
+    holes = correct = 0
+    ctx = model.config.max_position_embeddings
+    for i, seq in enumerate(story_seqs(model, texts, unit="paragraph")):
+        ids = seq.ids[:ctx].copy()
+        n = len(ids) - 1
+        k = max(1, round(rate * n))
+        where = 1 + np.sort(np.random.default_rng([seed, i]).choice(n, size=k, replace=False))
+        filled = _fill(model, ids, where)
+        holes, correct = holes + k, correct + int((filled[where] == ids[where]).sum())
+    return holes, correct
+
+
+def _fill(model, ids, where):
+    """ids with the positions `where` filled by the model (infill_accuracy's two ways)."""
+    if model.config.causal:
+        out = ids.copy()
+        for h in where:
+            out[h] = int(np.argmax(model.logits(out[:h])[-1]))
+        return out
+    canvas = ids.copy()
+    canvas[where] = model.mask_id
+    return np.asarray(model.infill(canvas.tolist()), np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
 # --judge: generative perplexity
 
 def unigram_entropy(ids):
@@ -451,6 +488,13 @@ def unigram_entropy(ids):
     counts = np.unique(np.asarray(ids), return_counts=True)[1]
     p = counts / counts.sum()
     return abs(float((p * np.log2(p)).sum()))          # abs: one token gives -0.0
+
+
+def repeated_ngrams(ids, n=4):
+    """The share of the n-grams of ids that already occurred earlier in ids: 0 for text that never
+    repeats itself, near 1 for a loop (" The cat was very happy." four times, 24 tokens: 0.71 at n = 4)."""
+    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+    return sum(g in set(grams[:i]) for i, g in enumerate(grams)) / len(grams) if grams else 0.0
 
 
 @dataclasses.dataclass
@@ -461,6 +505,7 @@ class JudgeRow:
     nats: float             # judge's total NLL of the generated tokens
     tokens: int
     entropy: float          # mean over samples of the unigram entropy of its tokens (EOS left out)
+    repeats: float          # mean over samples of repeated_ngrams (4-grams) of its tokens
     passes: float           # mean forward passes per sample (0 for the reference row)
     seconds: float
 
@@ -471,6 +516,7 @@ class JudgeRow:
     def as_dict(self):
         return {**self.setting, "samples": len(self.samples), "tokens": self.tokens, "nats": self.nats,
                 "perplexity": self.perplexity, "unigram_entropy_bits": self.entropy,
+                "repeated_4grams": self.repeats,
                 "passes_per_sample": self.passes, "seconds": self.seconds, "texts": self.texts}
 
 
@@ -479,8 +525,10 @@ def judge_row(model, judge, samples, setting, passes=0.0, seconds=0.0):
     nats, tokens = ar_seq_nll(judge, samples)
     generated = [[t for t in s.ids[s.first:] if t not in model.stop_ids] for s in samples]
     entropy = float(np.mean([unigram_entropy(g) if g else 0.0 for g in generated]))
+    repeats = float(np.mean([repeated_ngrams(g) for g in generated]))
     texts = [model.tokenizer.text(g) for g in generated]
-    return JudgeRow(setting, samples, texts, float(nats.sum()), int(tokens.sum()), entropy, passes, seconds)
+    return JudgeRow(setting, samples, texts, float(nats.sum()), int(tokens.sum()), entropy, repeats, passes,
+                    seconds)
 
 
 def continuations(model, n, generate):
@@ -556,8 +604,11 @@ def _check_args(args):
                         ("--samples", args.samples), ("--gen-length", args.gen_length)):
         if value is not None and value <= 0:
             raise UsageError(f"{flag} must be >= 1, got {value}")
-    if sum(x is not None for x in (args.judge, args.against, args.bigram)) > 1:
-        raise UsageError("give one of --judge, --against and --bigram")
+    if sum(x is not None for x in (args.judge, args.against, args.bigram, args.infill)) > 1:
+        raise UsageError("give one of --judge, --against, --bigram and --infill")
+    for rate in args.infill or ():
+        if not 0 < rate < 1:
+            raise UsageError(f"--infill: each rate must be in (0, 1), got {rate:g}")
 
 
 def run_eval(args):
@@ -567,6 +618,8 @@ def run_eval(args):
     model = _load(args.model, args.threads, "ar")
     if args.against:
         return _run_against(args, model)
+    if args.infill:
+        return _run_infill(args, model)
     stories = _read_stories(args)
     texts, limit = _units(args, stories, None if model.config.causal or args.bigram else MDM_DEFAULT_STORIES)
     if args.bigram:
@@ -588,6 +641,35 @@ def _units(args, stories, default_stories):
     if args.unit == "paragraph":
         return corpus.split_paragraphs(stories[:n]), None
     return stories, n
+
+
+def _run_infill(args, model):
+    if not model.config.causal:
+        mask_token(model)
+    stories = _read_stories(args)
+    n = args.max_stories or MDM_DEFAULT_STORIES
+    paragraphs = corpus.split_paragraphs(stories[:n])
+    rows = []
+    for rate in args.infill:
+        t0 = time.perf_counter()
+        holes, correct = infill_accuracy(model, paragraphs, rate, args.seed)
+        rows.append({"rate": rate, "holes": holes, "correct": correct, "accuracy": correct / holes,
+                     "seconds": time.perf_counter() - t0})
+    _print(args, {"model": model.path, "stories": len(stories[:n]), "paragraphs": len(paragraphs), "rows": rows},
+           lambda: infill_report(model, args, len(stories[:n]), len(paragraphs), rows))
+
+
+def infill_report(model, args, stories, paragraphs, rows):
+    how = ("left to right, each hole from what is left of it" if model.config.causal else
+           "Model.infill: one token a step, the most confident first, greedy")
+    lines = [f"model: {model.path} ({how})",
+             f"data:  {args.data}: the paragraphs of the first {stories} stories ({paragraphs}), each alone"]
+    for r in rows:
+        p = r["accuracy"]
+        se = math.sqrt(p * (1 - p) / r["holes"])
+        lines.append(f"infill at {100 * r['rate']:g}%: {r['correct']:,} of {r['holes']:,} holes given back exactly, "
+                     f"{100 * p:.1f} ± {100 * se:.1f}%  ({r['seconds']:.0f} s)")
+    return "\n".join(lines)
 
 
 def _run_against(args, model):
@@ -680,12 +762,13 @@ def judge_report(model, judge, args, rows):
              f"{args.samples} samples per row, gen_length {args.gen_length}, openings cycled from "
              f"{', '.join(repr(o) for o in OPENINGS)}",
              f"{'steps':>13} {'threshold':>9} {'temp':>5} {'passes':>7} {'tokens':>7} {'judge ppl':>9} "
-             f"{'entropy':>7} {'seconds':>7}"]
+             f"{'entropy':>7} {'rep4':>5} {'seconds':>7}"]
     for r in rows:
         s = r.setting
         th = "-" if s["threshold"] is None else f"{s['threshold']:g}"
         temp = "-" if s["temperature"] is None else f"{s['temperature']:g}"
         lines.append(f"{s['steps']:>13} {th:>9} {temp:>5} {r.passes:>7.1f} {r.tokens:>7} {r.perplexity:>9.3f} "
-                     f"{r.entropy:>7.3f} {r.seconds:>7.1f}")
-    lines.append("entropy: bits per token of each sample's unigram distribution, averaged over samples")
+                     f"{r.entropy:>7.3f} {r.repeats:>5.3f} {r.seconds:>7.1f}")
+    lines.append("entropy: bits per token of each sample's unigram distribution, averaged over samples; rep4: "
+                 "the share of a sample's 4-grams it had already written (loops), averaged over samples")
     return "\n".join(lines)
