@@ -99,8 +99,8 @@ def add_train_arguments(p):
     p.add_argument("--warmup", type=int, default=100, help="warmup steps (default 100)")
     p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of matrices (default 0.1)")
     p.add_argument("--dropout", type=float, default=0.0,
-                   help="dropout on the embeddings, the attention weights and each block's two residual "
-                        "writes, while training (GPT-2's places; default 0)")
+                   help="dropout on the embeddings and each block's two residual writes, while training "
+                        "(default 0)")
     p.add_argument("--input-mask", type=float, default=0.0,
                    help="ar: replace this share of input tokens by <|mask|>, the targets kept (masked-input "
                         "regularisation; default 0)")
@@ -321,7 +321,8 @@ def lr_at(step, total, peak, warmup):
 
 def build_model(torch, cfg, dropout=0.0):
     """A Llama with transformers' tensor names. cfg: the config.json dict; dropout: while training,
-    on the embeddings, the attention weights and the two residual writes of each block."""
+    on the embeddings and the two residual writes of each block (not on the attention weights:
+    with it, PyTorch's CPU attention leaves its fused kernel and a step takes ~2x as long)."""
     nn, F = torch.nn, torch.nn.functional
     d, hd = cfg["hidden_size"], cfg["head_dim"]
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -351,9 +352,8 @@ def build_model(torch, cfg, dropout=0.0):
             if KVH != H:  # query head h reads kv head h // (H // KVH), as transformers' repeat_kv
                 k, v = k.repeat_interleave(H // KVH, dim=1), v.repeat_interleave(H // KVH, dim=1)
             # mask: True causal, False bidirectional, or a bool [L, L] tensor (True = may attend)
-            p = dropout if self.training else 0.0
-            y = (F.scaled_dot_product_attention(q, k, v, is_causal=mask, dropout_p=p) if isinstance(mask, bool)
-                 else F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p))
+            y = (F.scaled_dot_product_attention(q, k, v, is_causal=mask) if isinstance(mask, bool)
+                 else F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
             return self.o_proj(y.transpose(1, 2).reshape(B, L, H * hd))
 
     class MLP(nn.Module):
