@@ -383,6 +383,30 @@ def test_the_block_objective_predicts_as_block_decoding_does(block_run):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
 
 
+def test_a_shifted_mdm_from_an_ar_model_predicts_as_tinydiff_reads_it(data, ar_run, tmp_path):
+    """--objective mdm --shift-logits --init AR: the trainer's prediction for a masked position
+    (row i-1) equals the logits tinydiff gives that position (Dream's shift in canvas_logits)."""
+    import torch
+
+    import tinydiff
+    from tinydiff.engine.masks import BIDIRECTIONAL
+    out = tmp_path / "mdm"
+    run(data, out, "--tokens", "1280", "--shift-logits", "--init", str(ar_run / "model"), objective="mdm")
+    folder = str(out / "model")
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    assert (cfg["is_causal"], cfg["shift_logits"]) == (False, True) and "block_size" not in cfg
+    net = train.build_model(torch, cfg)
+    train.load_init(torch, net, folder)
+    x = torch.randint(0, cfg["vocab_size"] - 2, (1, 16), generator=torch.Generator().manual_seed(0))
+    x[0, [3, 4, 9]] = cfg["mask_token_id"]
+    with torch.no_grad():
+        want = net.logits(net.hidden(x, causal=False))[0, [2, 3, 8]].float().numpy()   # the rows before them
+    got = tinydiff.load(folder).logits(x[0].tolist(), mask=BIDIRECTIONAL)[[3, 4, 9]]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    with pytest.raises(UsageError, match="--shift-logits is a choice of the mdm objective"):
+        run(data, tmp_path / "x", "--shift-logits")
+
+
 def test_block_size_must_divide_the_sequence(data, tmp_path):
     pytest.importorskip("torch")
     with pytest.raises(UsageError, match="--block-size 5 must divide --seq-len 32"):

@@ -23,6 +23,8 @@ Objectives, per sequence of token ids x (L tokens):
     mdm  t ~ U(eps, 1) (stratified over the batch); each token replaced by <|mask|> with
          probability t; loss = sum over masked i of -log p(x[i] | masked x) / t, divided by L (the
          MDLM/LLaDA bound on -log p(x) per token, so both losses are nats per token), bidirectional.
+         --shift-logits (Dream, DiffuLLaMA): x[i] is predicted by row i-1, as an AR model predicts
+         it, so an AR model given by --init starts from its own habits (x[0] is never masked).
     mlm15 (BERT, Devlin et al. 2019): 15% of the tokens chosen; of those 80% become <|mask|>,
          10% a random token, 10% stay; loss = mean CE over the chosen tokens, bidirectional. A
          masked-diffusion model frozen at one mask rate (t = 0.15, unweighted): the twin that
@@ -119,6 +121,9 @@ def add_train_arguments(p):
                    help="storage of the exported weights (default bf16)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--block-size", type=int, default=8, help="block objective: positions per block (default 8)")
+    p.add_argument("--shift-logits", action="store_true",
+                   help="mdm: row i predicts position i+1 (Dream's convention, an AR model's: the way to "
+                        "start a masked-diffusion model from an AR one with --init)")
     p.add_argument("--init", help="start from this model folder's weights (its shape and tokenizer); "
                                   "e.g. an AR model to adapt to the block objective")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
@@ -132,7 +137,7 @@ def add_train_arguments(p):
 # Settings that define a run: a resumed run takes them from args.json, not from the command line.
 RUN_KEYS = ("objective", "data", "val", "vocab_size", "dim", "layers", "heads", "kv_heads", "hidden",
             "seq_len", "batch", "short_steps", "short_len", "lr", "warmup", "weight_decay", "dropout",
-            "input_mask", "paragraph_starts", "tokens",
+            "input_mask", "paragraph_starts", "shift_logits", "tokens",
             "eval_every", "eval_tokens", "precision", "export_dtype", "seed", "block_size", "init")
 
 
@@ -200,6 +205,9 @@ def _check_shape(args):
     for k in ("dropout", "input_mask", "paragraph_starts"):
         if not 0 <= getattr(args, k) < 1:
             raise UsageError(f"--{k.replace('_', '-')} must be in [0, 1), got {getattr(args, k)}")
+    if args.shift_logits and args.objective != "mdm":
+        raise UsageError(f"--shift-logits is a choice of the mdm objective ({args.objective} "
+                         f"{'always' if args.objective == 'block' else 'never'} shifts)")
     if args.input_mask and args.objective != "ar":
         raise UsageError(f"--input-mask is a regulariser of the ar objective; {args.objective} masks its inputs itself")
     if args.objective == "block" and (args.block_size < 1 or args.seq_len % args.block_size):
@@ -451,9 +459,12 @@ def ar_loss(torch, model, x, input_mask=0.0, mask_id=None, gen=None):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
 
 
-def mdm_mask(torch, x, t, mask_id, gen):
-    """(masked input, bool mask): each token masked with its sequence's probability t [B]."""
+def mdm_mask(torch, x, t, mask_id, gen, shift=False):
+    """(masked input, bool mask): each token masked with its sequence's probability t [B]; with
+    shift, never the first (no row before it to predict it)."""
     m = torch.rand(x.shape, generator=gen) < t[:, None]
+    if shift:
+        m[:, 0] = False
     return torch.where(m, torch.full_like(x, mask_id), x), m
 
 
@@ -476,10 +487,14 @@ def mlm_loss(torch, model, x, mask_id, gen):
     return torch.nn.functional.cross_entropy(model.logits(h), x[chosen])
 
 
-def mdm_loss(torch, model, x, t, mask_id, gen):
-    """The masked-diffusion bound on -log p(x) per token: sum over masked tokens of CE / t, over B*L."""
-    xm, m = mdm_mask(torch, x, t, mask_id, gen)
-    h = model.hidden(xm, causal=False)[m]                                     # [n_masked, d]
+def mdm_loss(torch, model, x, t, mask_id, gen, shift=False):
+    """The masked-diffusion bound on -log p(x) per token: sum over masked tokens of CE / t, over B*L.
+    shift (Dream): position i is predicted by row i-1."""
+    xm, m = mdm_mask(torch, x, t, mask_id, gen, shift)
+    h = model.hidden(xm, causal=False)
+    if shift:
+        h = torch.cat([h[:, :1], h[:, :-1]], dim=1)                            # row i-1 -> position i
+    h = h[m]                                                                  # [n_masked, d]
     ce = torch.nn.functional.cross_entropy(model.logits(h), x[m], reduction="none")
     weight = (1.0 / t)[:, None].expand_as(x)[m]
     return (ce * weight).sum() / x.numel()
@@ -545,7 +560,7 @@ def train_loss(torch, model, x, args, mask_id, step):
             return block_loss(torch, model, x, args.block_size, mask_id, gen)
         if args.objective == "mlm15":
             return mlm_loss(torch, model, x, mask_id, gen)
-        return mdm_loss(torch, model, x, mask_rates(torch, x.shape[0], gen), mask_id, gen)
+        return mdm_loss(torch, model, x, mask_rates(torch, x.shape[0], gen), mask_id, gen, args.shift_logits)
 
 
 def val_windows(val_ids, seq_len, eval_tokens):
@@ -578,7 +593,8 @@ def evaluate(torch, model, windows, args, mask_id, batch):
                 total += mlm_loss(torch, model, x, mask_id, gen).item() * x.numel()   # by their size
                 count += x.numel()
             else:
-                total += mdm_loss(torch, model, x, t_all[i:i + batch], mask_id, gen).item() * x.numel()
+                total += mdm_loss(torch, model, x, t_all[i:i + batch], mask_id, gen,
+                                  args.shift_logits).item() * x.numel()
                 count += x.numel()
     model.train()
     return total / count
@@ -614,6 +630,7 @@ def model_config(args, eot, mask, vocab_size):
         cfg["mask_token_id"] = mask
     if args.objective == "block":
         cfg["block_size"] = args.block_size
+    if args.objective == "block" or args.shift_logits:
         cfg["shift_logits"] = True            # row i predicts position i+1, as in the AR model
     return cfg
 
