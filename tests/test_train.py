@@ -407,6 +407,31 @@ def test_a_shifted_mdm_from_an_ar_model_predicts_as_tinydiff_reads_it(data, ar_r
         run(data, tmp_path / "x", "--shift-logits")
 
 
+def test_curves_put_runs_on_one_axis_in_epochs_and_bits_per_byte(data, ar_run, tmp_path, capsys):
+    """tinydiff curves: x = training tokens / the training stories' tokens, y = validation nats
+    per token / ln 2 / the validation windows' bytes per token, read back from the run's data."""
+    import argparse
+
+    from tinydiff.training import curves
+    run(data, tmp_path / "bert", "--tokens", "1280", objective="mlm15")
+    enc = __import__("tinydiff.formats.bpe", fromlist=["BPE"]).BPE(json.load(open(ar_run / "tokenizer.json")))
+    train_tokens = sum(len(enc.encode(s)) + 1 for s in corpus.load_stories([data[0]]))
+    windows = train.val_windows(np.array(enc.encode(train.EOT.join(corpus.load_stories([data[1]])) + train.EOT)), 32, 512)
+    bpt = len(enc.decode(windows.ravel().tolist()).encode()) / windows.size
+    rows = log_rows(ar_run)
+    want = [(int(r["tokens"]) / train_tokens, float(r["val_loss"]) / np.log(2) / bpt) for r in rows]
+    np.testing.assert_allclose(curves.run_curve(str(ar_run)), want, rtol=1e-12)
+    p = argparse.ArgumentParser()
+    curves.add_curves_arguments(p)
+    curves.run_curves(p.parse_args([str(ar_run), str(ar_run), "--label", "ar", "--label", "again",
+                                    "-o", str(tmp_path / "c.svg")]))
+    svg = (tmp_path / "c.svg").read_text()
+    assert svg.count("<polyline") == 2 and 'class="again"' in svg
+    assert f"best {min(y for _, y in want):.4f} bits per byte" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="per chosen token"):
+        curves.run_curve(str(tmp_path / "bert"))
+
+
 def test_block_size_must_divide_the_sequence(data, tmp_path):
     pytest.importorskip("torch")
     with pytest.raises(UsageError, match="--block-size 5 must divide --seq-len 32"):

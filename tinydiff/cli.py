@@ -150,6 +150,11 @@ def build_parser():
     add_train_arguments(t)
     t.set_defaults(run=cmd_train)
 
+    cv = sub.add_parser("curves", help="validation bits per byte against epochs of training runs, on one axis (SVG)")
+    from .training.curves import add_curves_arguments, run_curves
+    add_curves_arguments(cv)
+    cv.set_defaults(run=run_curves)
+
     e = sub.add_parser("eval", help="held-out bits per byte (AR exact, MDM ELBO), judge perplexity, KL --against")
     from .training.evaluate import add_eval_arguments, run_eval
     add_eval_arguments(e)

@@ -273,25 +273,33 @@ def _frame(title, xlabel, ylabel):
 def loss_svg(rows, title, path):
     """Train and validation loss (nats/token) against training tokens, from a trainer's log.csv rows
     (dicts with tokens, train_loss, val_loss; empty = not measured at that step). Written atomically."""
-    series = [(key, color, [(float(r["tokens"]) / 1e6, float(r[key])) for r in rows if r.get(key)])
+    series = [(key.replace("_", " "), color, [(float(r["tokens"]) / 1e6, float(r[key])) for r in rows if r.get(key)])
               for key, color in (("train_loss", "#1f5fa8"), ("val_loss", "#b3261e"))]
+    curves_svg(series, title, "training tokens (millions)", "loss (nats/token)", path)
+
+
+def curves_svg(series, title, xlabel, ylabel, path):
+    """Lines [(label, color, [(x, y)])] on one axis from x = 0, y over whole units. Written atomically."""
     pts = [p for _, _, s in series for p in s]
     if not pts:
         raise UsageError(f"plot: no losses to draw for {path}")
     x1 = max(x for x, _ in pts) or 1.0
     y0, y1 = math.floor(min(y for _, y in pts)), math.ceil(max(y for _, y in pts))
+    step = 0.25 if y1 - y0 <= 2 else 1
     px = lambda x: LEFT + (W - LEFT - RIGHT) * x / x1                          # noqa: E731
     py = lambda y: H - BOTTOM - (H - TOP - BOTTOM) * (y - y0) / max(y1 - y0, 1)  # noqa: E731
-    out = _frame(title, "training tokens (millions)", "loss (nats/token)")
-    for y in range(y0, y1 + 1):
+    out = _frame(title, xlabel, ylabel)
+    for k in range(round((y1 - y0) / step) + 1):
+        y = y0 + k * step
         out += [f'<line x1="{LEFT}" y1="{py(y):.1f}" x2="{W - RIGHT}" y2="{py(y):.1f}" stroke="#ddd"/>',
-                _text(LEFT - 6, py(y) + 4, str(y), 'text-anchor="end"')]
+                _text(LEFT - 6, py(y) + 4, f"{y:g}", 'text-anchor="end"')]
     for i in range(0, math.floor(x1) + 1, max(1, math.ceil(x1 / 10))):
         out.append(_text(px(i), H - BOTTOM + 16, str(i), 'text-anchor="middle"'))
-    for n, (key, color, s) in enumerate(series):
+    for n, (label, color, s) in enumerate(series):
         line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s)
-        out += [f'<polyline class="{key}" fill="none" stroke="{color}" stroke-width="2" points="{line}"/>',
-                _text(W - RIGHT - 10, TOP + 18 + 16 * n, key.replace("_", " "), f'text-anchor="end" fill="{color}"')]
+        cls = label.replace(" ", "_")
+        out += [f'<polyline class="{cls}" fill="none" stroke="{color}" stroke-width="2" points="{line}"/>',
+                _text(W - RIGHT - 10, TOP + 18 + 16 * n, label, f'text-anchor="end" fill="{color}"')]
     _write_text(path, "\n".join(out + ["</svg>", ""]))
 
 

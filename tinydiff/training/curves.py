@@ -1,0 +1,75 @@
+"""`tinydiff curves`: the validation loss of several training runs against epochs, on one axis, in
+bits per byte (Prabhudesai et al. 2025's figure: AR against masked diffusion as the data repeats).
+
+    tinydiff curves runs/ar runs/mdm -o twins.svg
+
+A run folder is what `tinydiff train` writes (args.json, tokenizer.json, log.csv). Its log gives
+validation nats per token at each evaluation; its args.json names the training and validation
+files, which are read again (from where they were) to turn tokens into epochs (training tokens
+seen / tokens in the training stories) and nats per token into bits per byte (the validation
+windows' tokens / their UTF-8 bytes). An AR run's curve is its exact NLL, a masked-diffusion run's
+its ELBO, a block run's its block ELBO plus the clean half's next-token loss (an upper bound
+twice over, drawn for the shape of the curve); an mlm15 run's loss is per chosen token, no bound
+on the text, and is refused.
+"""
+import csv
+import json
+import math
+import os
+
+import numpy as np
+
+from ..errors import UsageError
+from ..formats import bpe
+from . import corpus
+
+COLORS = ("#1f5fa8", "#b3261e", "#2e7d32", "#8e24aa", "#ef6c00", "#546e7a")
+
+
+def add_curves_arguments(p):
+    p.add_argument("runs", nargs="+", help="run folders of tinydiff train")
+    p.add_argument("-o", "--output", required=True, help="the .svg to write")
+    p.add_argument("--label", action="append", default=None, help="a name for each run, in order (default: its folder)")
+
+
+def run_curve(out):
+    """[(epochs, validation bits per byte)] of the run folder `out`, from its log.csv."""
+    settings = _read_json(os.path.join(out, "args.json"))
+    if settings["objective"] == "mlm15":
+        raise UsageError(f"{out}: an mlm15 run's loss is per chosen token, not a bound on the text")
+    from .train import EOT, val_windows  # the trainer's own reading of its data
+    enc = bpe.BPE(_read_json(os.path.join(out, "tokenizer.json")))
+    train_tokens = sum(len(enc.encode(s)) + 1 for s in corpus.load_stories(settings["data"]))
+    val = corpus.load_stories([settings["val"]])
+    windows = val_windows(np.array(enc.encode(EOT.join(val) + EOT)), settings["seq_len"], settings["eval_tokens"])
+    bytes_per_token = len(enc.decode(windows.ravel().tolist()).encode("utf-8")) / windows.size
+    try:
+        with open(os.path.join(out, "log.csv"), newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("val_loss")]
+    except OSError as e:
+        raise UsageError(f"{out}: cannot read log.csv ({e.strerror})") from None
+    return [(int(r["tokens"]) / train_tokens, float(r["val_loss"]) / math.log(2) / bytes_per_token) for r in rows]
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read ({e})") from None
+
+
+def run_curves(args):
+    from ..measure.plot import check_plot_path, curves_svg
+    check_plot_path(args.output)
+    labels = args.label or [os.path.basename(os.path.normpath(r)) for r in args.runs]
+    if len(labels) != len(args.runs):
+        raise UsageError(f"curves: {len(labels)} --label for {len(args.runs)} runs")
+    series = [(label, COLORS[i % len(COLORS)], run_curve(run)) for i, (label, run) in enumerate(zip(labels, args.runs))]
+    curves_svg(series, "validation loss against epochs of the training data", "epochs",
+               "validation bits per byte", args.output)
+    for label, _, points in series:
+        best = min(points, key=lambda p: p[1])
+        print(f"{label}: {len(points)} evaluations to epoch {points[-1][0]:.1f}; best {best[1]:.4f} bits per byte "
+              f"at epoch {best[0]:.1f}")
+    print(f"plot: {args.output}")
