@@ -180,6 +180,18 @@ def prepare_folder(args):
     return args
 
 
+def check_regularisers(args):
+    """The flags that shape the objective, checked before torch is even imported."""
+    for k in ("dropout", "input_mask", "paragraph_starts"):
+        if not 0 <= getattr(args, k) < 1:
+            raise UsageError(f"--{k.replace('_', '-')} must be in [0, 1), got {getattr(args, k)}")
+    if args.shift_logits and args.objective != "mdm":
+        raise UsageError(f"--shift-logits is a choice of the mdm objective ({args.objective} "
+                         f"{'always' if args.objective == 'block' else 'never'} shifts)")
+    if args.input_mask and args.objective != "ar":
+        raise UsageError(f"--input-mask is a regulariser of the ar objective; {args.objective} masks its inputs itself")
+
+
 def _defaults():
     """Each flag's default: on --resume, a flag that differs from it was given on purpose."""
     import argparse
@@ -202,14 +214,6 @@ def _check_shape(args):
         raise UsageError(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
     if not args.lr > 0 or not args.tokens > 0:
         raise UsageError("--lr and --tokens must be positive")
-    for k in ("dropout", "input_mask", "paragraph_starts"):
-        if not 0 <= getattr(args, k) < 1:
-            raise UsageError(f"--{k.replace('_', '-')} must be in [0, 1), got {getattr(args, k)}")
-    if args.shift_logits and args.objective != "mdm":
-        raise UsageError(f"--shift-logits is a choice of the mdm objective ({args.objective} "
-                         f"{'always' if args.objective == 'block' else 'never'} shifts)")
-    if args.input_mask and args.objective != "ar":
-        raise UsageError(f"--input-mask is a regulariser of the ar objective; {args.objective} masks its inputs itself")
     if args.objective == "block" and (args.block_size < 1 or args.seq_len % args.block_size):
         raise UsageError(f"--block-size {args.block_size} must divide --seq-len {args.seq_len}")
 
@@ -702,6 +706,7 @@ def import_torch():
 
 
 def run_train(args):
+    check_regularisers(args)
     torch = import_torch()
     args = prepare_folder(args)
     if args.threads:
