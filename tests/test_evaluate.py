@@ -291,6 +291,20 @@ def test_judge_perplexity_is_exp_of_the_mean_nll_by_hand(mdm, ar):
     assert rows[0].passes == 4 and rows[2].passes == 8       # one pass per step without a threshold
 
 
+def test_samples_from_nothing(mdm, ar):
+    """--from-nothing: a bidirectional model fills an all-mask canvas, a causal one continues the
+    end-of-text; each sample is scored after an end-of-text."""
+    samples, passes = evaluate.from_nothing(mdm, 2, 6, seed=3, temperature=1.0)
+    assert passes == 6 and all(s.first == 1 and s.ids[0] == EOT and len(s.ids) == 7 for s in samples)
+    assert all(MASK not in s.ids[1:] for s in samples)
+    assert samples[1].ids[1:].tolist() == mdm.infill([MASK] * 6, seed=4, temperature=1.0)
+    samples, _ = evaluate.from_nothing(ar, 2, 6, seed=3, temperature=1.0)
+    want = ar.generate_ids([EOT], 6, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=4)
+    assert samples[1].ids.tolist() == [EOT] + want
+    rows = evaluate.generative_perplexity(ar, ar, 2, 6, temps=[1.0], seed=3, nothing=True)
+    assert rows[0].tokens == sum(len(s.ids) - 1 for s in samples)
+
+
 def test_reference_row_scores_the_held_out_story_starts(mdm, ar):
     r = evaluate.reference_row(mdm, ar, STORIES, 5)
     ids = [(encode(mdm, s) + [EOT])[:4 + 5] for s in STORIES]

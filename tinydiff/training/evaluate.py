@@ -138,6 +138,9 @@ def add_eval_arguments(p):
     g.add_argument("--block", type=int, default=None, help="block length (default: one block)")
     g.add_argument("--remask", default="low_confidence", choices=diffusion.REMASKING,
                    help="which positions a step commits first (default low_confidence)")
+    g.add_argument("--from-nothing", action="store_true",
+                   help="write each sample from nothing instead of a story opening: a bidirectional model "
+                        "fills an all-mask canvas, an autoregressive one continues <|endoftext|>")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -553,14 +556,38 @@ def draw_samples(model, n, gen_length, seed, **options):
     return continuations(model, n, generate), sum(passes) / n
 
 
+def from_nothing(model, n, gen_length, seed, **options):
+    """([Seq] n samples written from nothing, mean forward passes): a bidirectional model fills an
+    all-mask canvas (Model.infill with the options), a causal one continues <|endoftext|> (only
+    `temperature` applies, top-k/top-p off); each is scored after an <|endoftext|>."""
+    eot, samples, passes = boundary_id(model), [], []
+    for i in range(n):
+        if model.config.causal:
+            ids = model.generate_ids([eot], gen_length, temperature=options["temperature"], top_k=0, top_p=1.0,
+                                     min_p=0.0, repeat_penalty=1.0, seed=seed + i)
+            passes.append(len(ids))
+        else:
+            steps = []
+            ids = model.infill([model.mask_id] * gen_length, seed=seed + i, on_step=lambda *a: steps.append(1),
+                               **options)
+            passes.append(len(steps))
+        samples.append(Seq(np.array([eot] + list(ids), np.int64), 1))
+    return samples, sum(passes) / n
+
+
 def generative_perplexity(model, judge, n, gen_length, steps=(None,), thresholds=(None,), temps=(1.0,),
-                          seed=0, block_length=None, remasking="low_confidence"):
-    """One JudgeRow per combination of steps x threshold x temperature."""
+                          seed=0, block_length=None, remasking="low_confidence", nothing=False):
+    """One JudgeRow per combination of steps x threshold x temperature; nothing: from_nothing's
+    samples instead of continued openings."""
     rows = []
     for s, th, temp in itertools.product(steps, thresholds, temps):
         t0 = time.perf_counter()
-        samples, passes = draw_samples(model, n, gen_length, seed, steps=s, threshold=th, temperature=temp,
-                                       block_length=block_length, remasking=remasking)
+        if nothing and model.config.causal:
+            samples, passes = from_nothing(model, n, gen_length, seed, temperature=temp)
+        else:
+            draw = from_nothing if nothing else draw_samples
+            samples, passes = draw(model, n, gen_length, seed, steps=s, threshold=th, temperature=temp,
+                                   block_length=block_length, remasking=remasking)
         setting = {"steps": gen_length if s is None else s, "threshold": th, "temperature": temp}
         rows.append(judge_row(model, judge, samples, setting, passes, time.perf_counter() - t0))
     return rows
@@ -688,14 +715,18 @@ def _run_against(args, model):
 def _run_judge(args):
     model = _load(args.model, args.threads, "diffusion")
     judge = _load(args.judge, args.threads, "ar")
-    if model.config.causal:
-        raise UsageError(f"--judge scores masked-diffusion samples; {model.path} is autoregressive")
+    if model.config.causal and not args.from_nothing:
+        raise UsageError(f"--judge scores masked-diffusion samples; {model.path} is autoregressive (its samples "
+                         f"from nothing: add --from-nothing; after the openings: tinydiff compare)")
+    if model.config.causal and (args.steps != [None] or args.threshold != [None] or args.block is not None):
+        raise UsageError("--steps, --threshold and --block are diffusion settings; the model is autoregressive")
     if not judge.config.causal:
         raise UsageError(f"--judge {args.judge}: not an autoregressive model (config.json says is_causal false)")
     _same_vocabulary(model, judge, "--judge", args.judge, " ".join(OPENINGS))
-    mask_token(model)
+    if not model.config.causal:
+        mask_token(model)
     rows = generative_perplexity(model, judge, args.samples, args.gen_length, args.steps, args.threshold,
-                                 args.temp, args.seed, args.block, args.remask)
+                                 args.temp, args.seed, args.block, args.remask, args.from_nothing)
     if args.data:
         rows.append(reference_row(model, judge, _read_stories(args)[:args.samples], args.gen_length))
     _print(args, {"model": model.path, "judge": judge.path, "gen_length": args.gen_length,
@@ -759,8 +790,9 @@ def against_report(model, ref, stories, unit, d):
 
 def judge_report(model, judge, args, rows):
     lines = [f"model: {model.path}", f"judge: {judge.path}",
-             f"{args.samples} samples per row, gen_length {args.gen_length}, openings cycled from "
-             f"{', '.join(repr(o) for o in OPENINGS)}",
+             f"{args.samples} samples per row, gen_length {args.gen_length}, " +
+             ("from nothing (an all-mask canvas, or <|endoftext|> for an AR model)" if args.from_nothing else
+              f"openings cycled from {', '.join(repr(o) for o in OPENINGS)}"),
              f"{'steps':>13} {'threshold':>9} {'temp':>5} {'passes':>7} {'tokens':>7} {'judge ppl':>9} "
              f"{'entropy':>7} {'rep4':>5} {'seconds':>7}"]
     for r in rows:
