@@ -432,6 +432,15 @@ def test_curves_put_runs_on_one_axis_in_epochs_and_bits_per_byte(data, ar_run, t
         curves.run_curve(str(tmp_path / "bert"))
 
 
+def test_curves_refuse_what_is_not_a_run(tmp_path):
+    from tinydiff.training import curves
+    with pytest.raises(UsageError, match="cannot read"):
+        curves.run_curve(str(tmp_path))
+    (tmp_path / "args.json").write_text("{}")
+    with pytest.raises(UsageError, match="args.json has no 'objective'; is it a tinydiff train run folder"):
+        curves.run_curve(str(tmp_path))
+
+
 def test_block_size_must_divide_the_sequence(data, tmp_path):
     pytest.importorskip("torch")
     with pytest.raises(UsageError, match="--block-size 5 must divide --seq-len 32"):

@@ -47,8 +47,9 @@ KV cache; the generated positions are taken block_size at a time, each block sta
 denoised by the rules above while it attends to the cached positions before it and to itself only
 (never to a later block); once committed, one more pass writes its clean K/V into the cache, causally
 (the clean text is read as an AR model reads it, as `tinydiff train --objective block` trains it;
-the last block, which nothing reads after, skips it), and no committed position is ever recomputed. With block_size 1 and one step per block, a model whose row i predicts
-position i+1 decodes exactly as greedy autoregressive decoding does.
+the last block, which nothing reads after, skips it), and no committed position is ever
+recomputed. With block_size 1 and one step per block, a model whose row i predicts position i+1
+decodes exactly as greedy autoregressive decoding does.
 
 cache (Fast-dLLM): None recomputes the whole canvas every step. "prefix": a block's first step is a
 full pass (it refreshes every K/V slot), later steps recompute the block and everything after it and

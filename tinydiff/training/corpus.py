@@ -84,8 +84,9 @@ def split_stories(text):
     names = _names(paragraphs)
     stories, named = [], set()                   # named: the characters of the current story
     for para in paragraphs:
-        first = set(_WORD.findall(_FIRST_SENTENCE.match(para).group(0))) & names
-        if not stories or _STORY_START.match(para) or (first and not first & named and _opens_on_character(para, names)):
+        first = set(_WORD.findall(_FIRST_SENTENCE.match(para).group(0))) & names   # named in its first sentence
+        new_character = first and not first & named and _opens_on_character(para, names)
+        if not stories or _STORY_START.match(para) or new_character:
             stories.append(para)
             named = set()
         else:

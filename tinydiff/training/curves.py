@@ -17,8 +17,6 @@ import json
 import math
 import os
 
-import numpy as np
-
 from ..errors import UsageError
 from ..formats import bpe
 from . import corpus
@@ -35,19 +33,24 @@ def add_curves_arguments(p):
 def run_curve(out):
     """[(epochs, validation bits per byte)] of the run folder `out`, from its log.csv."""
     settings = _read_json(os.path.join(out, "args.json"))
+    missing = [k for k in ("objective", "data", "val", "seq_len", "eval_tokens") if k not in settings]
+    if missing:
+        raise UsageError(f"{out}: args.json has no {missing[0]!r}; is it a tinydiff train run folder?")
     if settings["objective"] == "mlm15":
         raise UsageError(f"{out}: an mlm15 run's loss is per chosen token, not a bound on the text")
-    from .train import EOT, val_windows  # the trainer's own reading of its data
+    from .train import encode_data, val_windows  # the trainer's own reading of its data
     enc = bpe.BPE(_read_json(os.path.join(out, "tokenizer.json")))
-    train_tokens = sum(len(enc.encode(s)) + 1 for s in corpus.load_stories(settings["data"]))
-    val = corpus.load_stories([settings["val"]])
-    windows = val_windows(np.array(enc.encode(EOT.join(val) + EOT)), settings["seq_len"], settings["eval_tokens"])
+    train_ids, val_ids = encode_data(enc, corpus.load_stories(settings["data"]), corpus.load_stories([settings["val"]]))
+    train_tokens = sum(map(len, train_ids))
+    windows = val_windows(val_ids, settings["seq_len"], settings["eval_tokens"])
     bytes_per_token = len(enc.decode(windows.ravel().tolist()).encode("utf-8")) / windows.size
     try:
         with open(os.path.join(out, "log.csv"), newline="") as f:
             rows = [r for r in csv.DictReader(f) if r.get("val_loss")]
     except OSError as e:
         raise UsageError(f"{out}: cannot read log.csv ({e.strerror})") from None
+    if not rows:
+        raise UsageError(f"{out}: log.csv holds no validation loss yet")
     return [(int(r["tokens"]) / train_tokens, float(r["val_loss"]) / math.log(2) / bytes_per_token) for r in rows]
 
 

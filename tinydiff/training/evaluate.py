@@ -5,10 +5,15 @@
     tinydiff eval -m MDM_DIR --judge AR_DIR --samples 32 --steps 32,64,128 --threshold none,0.9
     tinydiff eval -m Q8_DIR  --against F32_DIR --data valid.txt       # KL(ref || model), top-1 agreement
     tinydiff eval -m AR_DIR  --bigram train.txt --data valid.txt      # the baseline: a bigram, same tokens
+    tinydiff eval -m MDM_DIR --infill 0.15,0.5 --data valid.txt       # holes given back exactly
 
-What is scored. The data file is read into stories by tinydiff.training.corpus (the trainer's reader, mojibake
-repaired). Training packs shuffled stories as `story <|endoftext|> story <|endoftext|> ...`, every
-sequence starting at a story start, so a story is scored as the sequence
+What is scored. The data file is read into stories by tinydiff.training.corpus (the trainer's
+reader, mojibake repaired), and --max-stories takes the first N of them. --unit paragraph (the
+default, as published tiny-model evaluations score): each paragraph of those stories is one
+sequence, [EOT] paragraph, the EOT given, no EOT scored after it and no byte counted for one (a
+paragraph is no end of text). --unit story: training packs shuffled stories as `story
+<|endoftext|> story <|endoftext|> ...`, every sequence starting at a story start, so a story is
+scored as the sequence
 
     [last PREV_CONTEXT tokens of the story before it in the file] [EOT] story [EOT]
 
@@ -56,9 +61,16 @@ opening (at position 0, where training sequences start) by gen_length tokens, cu
 EOS; the AR judge scores the generated tokens given the opening, perplexity = exp(total NLL / total
 tokens). Low perplexity is easy for a degenerate sample ("the the the"), so each row also reports
 the samples' unigram entropy: bits per token of each sample's empirical token distribution (EOS left
-out), averaged over samples (as MDLM reports it). Steps, threshold and temperature take comma lists; every combination is one row, and sample i
-uses the same seed in every row. With --data, a reference row scores the first N held-out stories
-the same way: gen_length tokens given the story's first 4.
+out), averaged over samples (as MDLM reports it), and rep4, the share of a sample's 4-grams it had
+already written (loops). Steps, threshold and temperature take comma lists; every combination is
+one row, and sample i uses the same seed in every row. With --data, a reference row scores the
+first N held-out stories the same way: gen_length tokens given the story's first 4. --from-nothing:
+no opening; a bidirectional model fills an all-mask canvas, an AR model continues an EOT.
+
+--infill RATES: in each paragraph of the first --max-stories stories (default 300), that share of
+its tokens (at least one) hidden at seeded places; a bidirectional model fills them by
+Model.infill (one token a step, greedy), a causal one left to right from what is left of each
+hole; the accuracy is the share of holes given back the very token that was there.
 
 --against REF_DIR: on the held-out text, the mean KL(ref || model) of the next-token distributions
 and the top-1 agreement (the two argmaxes equal), as llama.cpp's perplexity --kl-divergence reports
@@ -567,10 +579,10 @@ def from_nothing(model, n, gen_length, seed, **options):
                                      min_p=0.0, repeat_penalty=1.0, seed=seed + i)
             passes.append(len(ids))
         else:
-            steps = []
-            ids = model.infill([model.mask_id] * gen_length, seed=seed + i, on_step=lambda *a: steps.append(1),
-                               **options)
-            passes.append(len(steps))
+            result = model.denoise_result([model.mask_id] * gen_length, fixed=np.zeros(gen_length, bool),
+                                          eos="suppress", seed=seed + i, **options)   # Model.infill's run
+            ids = result.ids
+            passes.append(result.passes)
         samples.append(Seq(np.array([eot] + list(ids), np.int64), 1))
     return samples, sum(passes) / n
 
@@ -648,14 +660,15 @@ def run_eval(args):
     if args.infill:
         return _run_infill(args, model)
     stories = _read_stories(args)
-    texts, limit = _units(args, stories, None if model.config.causal or args.bigram else MDM_DEFAULT_STORIES)
+    default = None if model.config.causal or args.bigram else MDM_DEFAULT_STORIES   # the ELBO takes its time
+    texts, limit = _units(args, stories, default)
     if args.bigram:
         result = bigram_likelihood(model, corpus.load_stories(args.bigram), texts, limit, args.unit)
     elif model.config.causal:
         result = ar_likelihood(model, texts, limit, args.unit)
     else:
         result = mdm_likelihood(model, texts, args.samples_per_seq, args.seed, limit, args.unit)
-    scored = len(stories[:args.max_stories or (None if model.config.causal or args.bigram else MDM_DEFAULT_STORIES)])
+    scored = len(stories[:args.max_stories or default])
     _print(args, {"model": model.path, "unit": args.unit, "stories_in_file": len(stories), "first_stories": scored,
                   **result.as_dict()}, lambda: likelihood_report(model, args, result, scored, len(stories)))
 

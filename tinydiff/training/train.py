@@ -265,7 +265,8 @@ def _check_tokenizer(obj, where):
 
 
 def prepare_data(args):
-    """(tokenizer dict, [train story ids], validation ids as one array, eot id, mask id)."""
+    """(tokenizer dict, [train story ids], validation ids as one array, eot id, mask id, newline id
+    or None when a newline is not one token)."""
     train = corpus.load_stories(args.data)
     val = corpus.load_stories([args.val])
     shared = corpus.overlap(train, val)
@@ -274,10 +275,16 @@ def prepare_data(args):
               file=sys.stderr)
     obj = prepare_tokenizer(args, train)
     enc = bpe.BPE(obj)
-    eot, mask = enc.specials[EOT], enc.specials[MASK]
+    newline = enc.encode("\n")
+    return (obj, *encode_data(enc, train, val), enc.specials[EOT], enc.specials[MASK],
+            newline[0] if len(newline) == 1 else None)
+
+
+def encode_data(enc, train, val):
+    """([each training story's ids, then EOT], the validation stories as one array joined by EOT)."""
+    eot = enc.specials[EOT]
     train_ids = [np.array(enc.encode(s) + [eot], dtype=np.int64) for s in train]
-    val_ids = np.array(enc.encode(EOT.join(val) + EOT), dtype=np.int64)
-    return obj, train_ids, val_ids, eot, mask
+    return train_ids, np.array(enc.encode(EOT.join(val) + EOT), dtype=np.int64)
 
 
 def pack_epoch(stories, seq_len, seed, epoch, paragraph_starts=0.0, newline=None):
@@ -712,7 +719,7 @@ def run_train(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    tok_obj, train_ids, val_ids, eot, mask_id = prepare_data(args)
+    tok_obj, train_ids, val_ids, eot, mask_id, newline = prepare_data(args)
     vocab_size = len(tok_obj["model"]["vocab"])
     if any(t["id"] >= vocab_size for t in tok_obj["added_tokens"]):
         raise UsageError("tokenizer: a special token's id lies outside the model vocabulary")
@@ -770,11 +777,9 @@ def run_train(args):
     if start == 0:
         validate(0, None)
     step = start
-    newline = bpe.BPE(tok_obj).encode("\n")
-    if args.paragraph_starts and len(newline) != 1:
+    if args.paragraph_starts and newline is None:
         raise UsageError("--paragraph-starts: the tokenizer has no single token for a newline")
-    for step, x in batches(train_ids, args.seq_len, args.batch, args.seed, start, args.paragraph_starts,
-                           newline[0] if len(newline) == 1 else None):
+    for step, x in batches(train_ids, args.seq_len, args.batch, args.seed, start, args.paragraph_starts, newline):
         if step >= total_steps or (args.stop_after is not None and step >= args.stop_after):
             break
         for g in opt.param_groups:
