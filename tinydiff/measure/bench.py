@@ -39,6 +39,7 @@ class Result:
     flops: int            # per repetition, from the ledger
     bytes: int            # per repetition, from the ledger
     weight_bytes: int = 0  # the part of bytes that is weights
+    passes: int = 0       # forward passes per repetition, from the ledger
     roofline_seconds: float = 0.0
 
     @property
@@ -134,11 +135,11 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
             with Ledger() as led:
                 s, tokens = timed(run)
             seconds.append(s)
-            ledgers.append(led.total())
-        t = ledgers[0]
+            ledgers.append(led)
+        t = ledgers[0].total()
         nbytes = sum(t["bytes"].values())
         r = Result(name, model.parameter_count(), model.pool.threads, spec, tokens, seconds, t["flops"], nbytes,
-                   t["bytes"]["weights"])
+                   t["bytes"]["weights"], len(ledgers[0].passes))
         if roofline is not None:
             r.roofline_seconds = predict_seconds(t["flops"], nbytes, roofline)
         results.append(r)
@@ -176,15 +177,14 @@ def weight_bandwidth(results, roofline):
 
 
 def block_ratios(results):
-    """For each bd test: its tokens a step and a pass, and its t/s against the same model's tg test
-    of as many tokens (ms per token, block diffusion against AR decoding)."""
+    """For each bd test: its tokens a step and a pass (passes as the ledger counted them: the prompt,
+    the steps, a clean pass a block but the last), and its t/s against the same model's tg test of
+    as many tokens (ms per token, block diffusion against AR decoding)."""
     rows, tg = [], {(r.model, r.tokens): statistics.mean(r.tokens_per_s) for r in results if r.test.startswith("tg")}
     for r in results:
         if r.test.startswith("bd") and (r.model, r.tokens) in tg:
             _, n, steps, block = parse_test(r.test)
-            passes = n // block * (steps + 1)                          # the prompt, the steps, a clean pass a
-                                                                       # block but the last
             ratio = tg[r.model, r.tokens] / statistics.mean(r.tokens_per_s)
-            rows.append(f"{r.model} {r.test}: {block / steps:.2g} tokens a step, {n / passes:.2f} a pass; "
+            rows.append(f"{r.model} {r.test}: {block / steps:.2g} tokens a step, {n / r.passes:.2f} a pass; "
                         f"ms per token {ratio:.2f}x tg{r.tokens}'s")
     return "\n".join(rows)
