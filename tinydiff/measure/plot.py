@@ -212,12 +212,13 @@ def _png(r, pts, tmp):
     plt.close(fig)
 
 
-def check_plot_path(path):
-    """A picture can be written at path: .svg, or .png with matplotlib, in a writable folder. Its
-    extension ('.svg' or '.png'). Called before a long measurement, so a bad path fails first."""
+def check_plot_path(path, png=True):
+    """A picture can be written at path: .svg, or .png with matplotlib (png: the plot can draw one),
+    in a writable folder. Its extension ('.svg' or '.png'). Called before a long measurement, so a
+    bad path fails first."""
     ext = os.path.splitext(str(path))[1].lower()
-    if ext not in (".svg", ".png"):
-        raise UsageError(f"plot: {path} must end in .svg or .png")
+    if ext not in ((".svg", ".png") if png else (".svg",)):
+        raise UsageError(f"plot: {path} must end in .svg or .png" if png else f"plot: {path} must end in .svg")
     if ext == ".png":
         try:
             import matplotlib  # noqa: F401
@@ -280,6 +281,7 @@ def loss_svg(rows, title, path):
 
 def curves_svg(series, title, xlabel, ylabel, path):
     """Lines [(label, color, [(x, y)])] on one axis from x = 0, y over whole units. Written atomically."""
+    check_plot_path(path, png=False)
     pts = [p for _, _, s in series for p in s]
     if not pts:
         raise UsageError(f"plot: no losses to draw for {path}")
@@ -308,7 +310,7 @@ def curves_svg(series, title, xlabel, ylabel, path):
 def tradeoff_svg(points, path, title="time per token against judged perplexity (lower left is better)"):
     """points [(label, ms per generated token, judged perplexity)] on a linear time axis from 0 and
     a log perplexity axis. Written atomically."""
-    check_plot_path(path)
+    check_plot_path(path, png=False)
     pts = [(label, float(x), float(y)) for label, x, y in points if x > 0 and y > 0 and math.isfinite(y)]
     if not pts:
         raise UsageError(f"plot: no points to draw for {path}")

@@ -64,7 +64,7 @@ def _read_json(path):
 
 def run_curves(args):
     from ..measure.plot import check_plot_path, curves_svg
-    check_plot_path(args.output)
+    check_plot_path(args.output, png=False)
     labels = args.label or [os.path.basename(os.path.normpath(r)) for r in args.runs]
     if len(labels) != len(args.runs):
         raise UsageError(f"curves: {len(labels)} --label for {len(args.runs)} runs")
