@@ -428,7 +428,7 @@ def cmd_compare(args):
     if args.n_predict < 1 or args.samples < 1:
         raise UsageError("compare: -n and --samples must be >= 1")
     if args.plot:
-        check_plot_path(args.plot, png=False)              # before minutes of measuring, not after
+        check_plot_path(args.plot)                         # before minutes of measuring, not after
     ar = load(args.ar, threads=args.threads)
     if not ar.config.causal:
         raise UsageError(f"compare: --ar {args.ar} is not an autoregressive model")

@@ -310,7 +310,7 @@ def curves_svg(series, title, xlabel, ylabel, path):
 def tradeoff_svg(points, path, title="time per token against judged perplexity (lower left is better)"):
     """points [(label, ms per generated token, judged perplexity)] on a linear time axis from 0 and
     a log perplexity axis. Written atomically."""
-    check_plot_path(path, png=False)
+    check_plot_path(path)
     pts = [(label, float(x), float(y)) for label, x, y in points if x > 0 and y > 0 and math.isfinite(y)]
     if not pts:
         raise UsageError(f"plot: no points to draw for {path}")
