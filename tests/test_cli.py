@@ -75,6 +75,14 @@ def test_info_prints_architecture_parameters_and_bytes(capsys):
     model = tinydiff.load(MODEL)
     assert f"{model.parameter_count():,}" in out
     assert "llama" in out and "weights F32" in out and "heads 4 (kv 2" in out
+    assert f"run as:       f32 {sum(model.weight_bytes()[0].values()) / 2**20:.2f} MiB" in out
+
+
+def test_info_says_a_bf16_checkpoint_runs_in_bf16_from_the_file(capsys):
+    assert main(["info", "-m", os.path.join(HF, "llama-bf16")]) == 0
+    out = capsys.readouterr().out
+    run_as = next(line for line in out.splitlines() if line.startswith("run as:"))
+    assert "bf16 0.22 MiB" in run_as and "0.22 MiB of it mapped from the file" in run_as
 
 
 # -- bad input: usage errors exit 2 ------------------------------------------------------------

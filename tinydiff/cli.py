@@ -497,6 +497,9 @@ def cmd_info(args):
     print(f"parameters:   {model.parameter_count():,}")
     for dtype, n in sorted(model.stored_bytes.items()):
         print(f"weights {dtype}: {n:,} bytes ({n / 2**20:.2f} MiB)")
+    by_type, mapped = model.weight_bytes()
+    print("run as:       " + ", ".join(f"{t} {n / 2**20:.2f} MiB" for t, n in sorted(by_type.items()))
+          + f"; {mapped / 2**20:.2f} MiB of it mapped from the file, {(sum(by_type.values()) - mapped) / 2**20:.2f} MiB in memory")
 
 
 def main(argv=None):

@@ -9,6 +9,7 @@ so several threads may generate with one Model at once: each call makes its own 
 their kernel calls take turns on the model's pool. The weights are read as they are when the Model
 is made (the C decode layer keeps pointers to them): to change weights, make a new Model.
 """
+import mmap
 import os
 
 import numpy as np
@@ -351,6 +352,19 @@ class Model:
     def parameter_count(self):
         """Weights, not storage units: a Q8_0 array [m, k/32] holds m*k of them."""
         return sum(a.size * (quant.QK if quant.is_blocked(a) else 1) for a in self._arrays())
+
+    def weight_bytes(self):
+        """{type: bytes} of the weights as the kernels read them ("bf16", "q8_0", "f32", ...), and
+        how many of those bytes are views of the checkpoint's map rather than copies in memory."""
+        by_type, mapped = {}, 0
+        for a in self._arrays():
+            by_type[quant.type_of(a)] = by_type.get(quant.type_of(a), 0) + a.nbytes
+            base = a
+            while isinstance(base, np.ndarray) and base.base is not None:
+                base = base.base
+            base = base.obj if isinstance(base, memoryview) else base   # np.frombuffer's holder
+            mapped += a.nbytes if isinstance(base, mmap.mmap) else 0
+        return by_type, mapped
 
     def _arrays(self):
         w = self.weights

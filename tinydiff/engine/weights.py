@@ -3,10 +3,10 @@
 Field names are the Hugging Face checkpoint keys (model.layers.{i}.self_attn.q_proj.weight, ...);
 the tables below give each layout's key for each field, so a reader can grep a key from the file
 and find where it lands. Every matrix keeps HF's [out, in]
-layout, which is what the matmul kernel expects: y = x @ W.T. From safetensors, F32 tensors are
-views of the mmap (zero copy) and F16/BF16 ones are widened to f32 once, at load. From GGUF, every
-matrix stays in its stored type (f32, f16, bf16, q8_0, q4_0: quant.py), a view of the mmap, except
-attn_q/attn_k, whose rows are put back in HF's order (a copy, in the same type).
+layout, which is what the matmul kernel expects: y = x @ W.T. Every matrix stays in its stored
+type, a view of the mmap (zero copy): f32, f16 or bf16 from safetensors, any of quant.py's types
+from GGUF, except GGUF's attn_q/attn_k, whose rows are put back in HF's order (a copy, in the same
+type). Vectors (norms, biases) are widened to f32, the only type the kernels take for them.
 
 A checkpoint tensor the config leaves unread is refused, not ignored: a config.json that says one
 layer for a two-layer file, a bias the config does not add, would otherwise run a different model.

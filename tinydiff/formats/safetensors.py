@@ -9,8 +9,11 @@ The format (https://github.com/huggingface/safetensors):
     [the rest] the data section; offsets are relative to its first byte, tensors are C-order,
                little-endian, and (as the reference reader demands) tile it with no gap or overlap.
 
-The file is memory-mapped read-only and F32 tensors come back as read-only views into the map, so
-loading a model costs no copy. The header comes from whoever made the file, so everything in it is
+The file is memory-mapped read-only and tensors come back as read-only views into the map, so
+loading a model costs no copy: a matrix in its stored type (F32, F16, or BF16 as quant.BF16, which
+every kernel reads), a vector (norms, biases) widened to float32, which is all the kernels take for
+them and costs nothing. A 16 GB bf16 checkpoint takes 16 GB of address space and no more memory
+than the pages a pass touches. The header comes from whoever made the file, so everything in it is
 checked before an array is built: no header can make us read outside the map, and every problem is
 one ModelError line naming the file, the tensor and what is wrong.
 """
@@ -21,6 +24,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import quant
 from .files import TensorTable, check_file, fail, map_file, show, write_atomically
 
 MAX_HEADER = 100_000_000  # the reference reader's limit: a bigger "header" is garbage or an attack
@@ -71,6 +75,14 @@ class SafeTensors(TensorTable):
         flat = np.frombuffer(self._buf, dtype=storage, count=(e.end - e.begin) // storage.itemsize,
                              offset=self._data_start + e.begin)
         return flat.reshape(e.shape)
+
+    def stored(self, name):
+        """The tensor in its stored weight type (quant.TYPES: f32, f16, bf16), a view of the map."""
+        a = self.raw(name)
+        a = a.view(quant.BF16) if self.entry(name).dtype == "BF16" else a
+        # Writers that follow the reference align every tensor to its element size; a hand-made
+        # file may not, and the C kernels want aligned numbers.
+        return a if a.flags.aligned else a.copy()
 
     def f32(self, name):
         """float32: a zero-copy view for F32 (copied only if the file misaligns it), else a converted copy."""
@@ -238,13 +250,17 @@ class Checkpoint(TensorTable):
     def f32(self, name):
         return self.entry(name).f32(name)
 
+    def stored(self, name):
+        return self.entry(name).stored(name)
+
     def expect(self, name, shape):
-        """The tensor as float32, after checking it exists and has this shape."""
+        """The tensor after checking it exists with this shape: a matrix in its stored type (never
+        widened, as gguf.py's expect), a vector as float32."""
         f = self.entry(name)
         got, want = f.shape(name), tuple(int(d) for d in shape)
         if got != want:
             fail(f.path, f"tensor {show(name)} has shape {got}, expected {want}")
-        return f.f32(name)
+        return f.f32(name) if len(want) == 1 else f.stored(name)
 
 
 def load_checkpoint(path):
