@@ -26,7 +26,8 @@ setup(
     packages=find_packages(include=["tinydiff", "tinydiff.*"]) + ["tinydiff.models"],
     package_dir={"tinydiff.models": "weights"},
     package_data={"tinydiff.models": ["*/*.json", "*/*.safetensors", "*/*.md", "*/*.svg"]},
-    install_requires=["numpy>=1.22", "cffi>=1.15"],
+    # jinja2 renders chat templates (formats/chat_template.py); 3.1.6 closes known sandbox escapes
+    install_requires=["numpy>=1.22", "cffi>=1.15", "jinja2>=3.1.6"],
     setup_requires=["cffi>=1.15"],
     cffi_modules=["csrc/build_ffi.py:ffi"],
     extras_require={

@@ -28,7 +28,9 @@ def _add_model_args(p):
 
 def _add_sampling_args(p):
     p.add_argument("--temp", type=float, default=None,
-                   help="temperature; 0 = greedy (default 0.8; masked diffusion: 0)")
+                   help="temperature; 0 = greedy (default 0.8; masked diffusion: 0). Autoregressive: a model "
+                        "whose generation_config.json sets do_sample gives its own temperature, top-k, top-p, "
+                        "min-p and repetition penalty as defaults, as transformers uses them; a flag overrides each")
     p.add_argument("--top-k", type=int, default=None, help="top-k, 0 = off (default 40; masked diffusion: 0)")
     p.add_argument("--top-p", type=float, default=None, help="top-p, 1 = off (default 0.95; masked diffusion: 1)")
     p.add_argument("--min-p", type=float, default=None, help="min-p, 0 = off (default 0.05; autoregressive only)")
@@ -85,6 +87,20 @@ def build_parser():
     _add_sampling_args(g)
     _add_diffusion_args(g)
     g.set_defaults(run=cmd_generate)
+
+    c = sub.add_parser("chat", help="talk with an instruct model through its chat template (/reset, /exit)")
+    _add_model_args(c)
+    c.add_argument("--system", default=None, help="system message")
+    c.add_argument("-n", "--n-predict", type=int, default=256, help="tokens per answer at most (default 256)")
+    c.add_argument("-c", "--ctx-size", type=int, default=None,
+                   help="positions the conversation may take (default: the model's context)")
+    c.add_argument("--chat-template-file", default=None,
+                   help="a Jinja chat template to use instead of the model's")
+    c.add_argument("--mode", choices=["ar", "diffusion"], default=None,
+                   help="autoregressive or masked diffusion (default: what the model was trained for)")
+    _add_sampling_args(c)
+    _add_diffusion_args(c)
+    c.set_defaults(run=cmd_chat)
 
     f = sub.add_parser("infill", help="fill the [MASK] / [MASK*N] holes of a text (masked-diffusion models)")
     _add_model_args(f)
@@ -208,6 +224,13 @@ def load_model(args):
     return load(path, threads=args.threads)
 
 
+def ar_sampling(args):
+    """The sampling flags given; the model's defaults (generation_config.json, else llama.cpp's) fill the rest."""
+    given = dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                 repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n)
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def cmd_generate(args):
     from .decoding.generate import Timings
     prompt = read_prompt(args)
@@ -218,10 +241,8 @@ def cmd_generate(args):
     if mode == "diffusion":
         return run_diffusion(args, model, prompt, seed=seed, echo=args.display_prompt)
     timings = Timings()
-    pieces = model.stream(prompt, args.n_predict, stop=args.stop, temperature=_or(args.temp, 0.8),
-                          top_k=_or(args.top_k, 40), top_p=_or(args.top_p, 0.95), min_p=_or(args.min_p, 0.05),
-                          repeat_penalty=_or(args.repeat_penalty, 1.0), repeat_last_n=_or(args.repeat_last_n, 64),
-                          seed=seed, truncate=args.truncate, timings=timings)   # checked: nothing printed yet
+    pieces = model.stream(prompt, args.n_predict, stop=args.stop, **ar_sampling(args), seed=seed,
+                          truncate=args.truncate, timings=timings)   # checked: nothing printed yet
     if args.display_prompt:
         _write(prompt)
     for piece in pieces:
@@ -251,7 +272,7 @@ AR_ONLY = {"truncate": "--truncate", "min_p": "--min-p", "repeat_penalty": "--re
 def _refuse_other_modes_flags(args, mode):
     from .decoding.diffusion import Options
     if mode == "diffusion":
-        given = [flag for name, flag in AR_ONLY.items() if getattr(args, name) not in (None, False)]
+        given = [flag for name, flag in AR_ONLY.items() if getattr(args, name, None) not in (None, False)]
     else:
         given = [f.metadata["flag"] for f in Options.flagged()
                  if getattr(args, f.name) is not None] + (["--visual"] if args.visual else [])
@@ -294,6 +315,75 @@ def run_diffusion(args, model, prompt, infill=False, seed=None, echo=False):
               f"{result.tokens_per_pass:.2f} tokens committed per pass, "
               f"{result.seconds / max(result.passes, 1) * 1e3:.2f} ms per step, "
               f"{result.seconds:.2f} s in all", file=sys.stderr)
+
+
+def cmd_chat(args):
+    """Reads a line, answers it, until /exit or the end of input. Ctrl-C stops an answer (kept as
+    far as it went) and the loop goes on; a turn's error is printed and the conversation kept."""
+    from .chat import Chat
+    seed = _seed(args.seed)
+    model = load_model(args)
+    mode = args.mode or ("ar" if model.config.causal else "diffusion")
+    _refuse_other_modes_flags(args, mode)
+    if args.chat_template_file:
+        model.chat_template = _template_file(args.chat_template_file, model)
+    chat = Chat(model, system=args.system, n_ctx=args.ctx_size)
+    if mode == "diffusion":
+        model._mask()      # an autoregressive model named with --mode diffusion: refused before the loop
+        options = {**diffusion_options(args), "temperature": _or(args.temp, 0.0), "seed": seed,
+                   "top_k": _or(args.top_k, 0), "top_p": _or(args.top_p, 1.0)}
+    else:
+        options = {**ar_sampling(args), "seed": seed}
+    while True:
+        line = _read_line("> ")
+        if line is None or line.strip() == "/exit":
+            return
+        if line.strip() == "/reset":
+            chat.reset()
+            print("(the conversation is forgotten)")
+        elif line.strip():
+            _answer(chat, line.rstrip("\n"), args, options)
+
+
+def _answer(chat, text, args, options):
+    from .decoding.visual import LiveView
+    view = None
+    try:
+        on_step = (lambda *step: view.on_step(*step)) if args.visual else None
+        pieces = chat.send(text, args.n_predict, **({"on_step": on_step} if on_step else {}), **options)
+        if args.visual:
+            view = LiveView(chat.model.tokenizer, sys.stdout, start=len(chat.ids))
+            view.finish("".join(pieces))
+            return
+        for piece in pieces:
+            _write(piece)
+        _write("\n")
+    except UsageError as e:
+        print(f"tinydiff: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        _write("\n")
+
+
+def _read_line(prompt):
+    """A line of the user's (None at the end of input), with a prompt when a person types."""
+    if sys.stdin.isatty():
+        try:
+            return input(prompt)
+        except EOFError:
+            return None
+    line = sys.stdin.readline()
+    return line or None
+
+
+def _template_file(path, model):
+    from .formats.chat_template import ChatTemplate
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--chat-template-file {path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    tokens = model.chat_template.special_tokens if model.chat_template else {}
+    return ChatTemplate(source, tokens, path)
 
 
 def cmd_infill(args):

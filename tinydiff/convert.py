@@ -1,8 +1,8 @@
 """`tinydiff convert`: a Hugging Face checkpoint folder written as a GGUF file.
 
 It writes what llama.cpp's convert_hf_to_gguf.py plus llama-quantize would: matrices in the chosen
-type, vectors f32, and f16 for a q8_0/q4_0 matrix whose rows are not whole 32-weight blocks (the
-converter's own fallback). The conventions (names, keys, the Q/K permutation) are gguf_model.py's,
+type, vectors f32, f16 for a q8_0/q4_0 matrix whose rows are not whole 32-weight blocks (the
+converter's own fallback), and the folder's chat template, if it has one. The conventions (names, keys, the Q/K permutation) are gguf_model.py's,
 which reads such files back.
 """
 import os
@@ -23,6 +23,7 @@ def convert(src, out, wtype="f16"):
     GGUF has one eos_token_id: a config.json listing several EOS ids keeps the first."""
     from .engine.config import load_config
     from .engine.weights import refuse_unused
+    from .formats.chat_template import load_chat_template
     from .formats.safetensors import load_checkpoint
     from .formats.tokenizer import Tokenizer
     if wtype not in FILE_TYPES:
@@ -39,6 +40,9 @@ def convert(src, out, wtype="f16"):
         fail(src, f"tokenizer.json has {tok.vocab_size} tokens but the model's vocab_size is {cfg.vocab_size}")
     metadata = {**_config_metadata(cfg, arch, wtype, os.path.basename(os.path.abspath(src))),
                 **tok.gguf_metadata(cfg.vocab_size, tok_path), **_special_tokens(cfg, tok, tok_path)}
+    template = load_chat_template(src)
+    if template is not None:    # as convert_hf_to_gguf.py carries it
+        metadata["tokenizer.chat_template"] = ("string", template.source)
     tensors, fallbacks = _tensor_plans(cfg, ckpt, arch, wtype)
     write_gguf(out, metadata, tensors)
     return fallbacks

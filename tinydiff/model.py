@@ -26,6 +26,7 @@ from .engine.transformer import Transformer
 from .engine.weights import load_weights
 from .errors import ModelError, UsageError, is_integer
 from .formats import quant
+from .formats.chat_template import load_chat_template
 from .formats.safetensors import load_checkpoint
 from .formats.tokenizer import Tokenizer
 
@@ -82,8 +83,8 @@ def load(path, threads=None):
         kernels.check_threads(threads)  # before the minutes a big checkpoint takes to read
     path = model_path(path)
     if os.path.isfile(path):
-        config, weights, tokenizer, stored = load_gguf(path)
-        return Model(config, weights, tokenizer, path, stored, threads)
+        config, weights, tokenizer, stored, template = load_gguf(path)
+        return Model(config, weights, tokenizer, path, stored, threads, template)
     if not os.path.isdir(path):
         raise ModelError(f"{path}: not a model folder (config.json, model.safetensors, tokenizer.json) "
                          "or a .gguf file, nor a shipped model's name (tinydiff models)")
@@ -94,7 +95,7 @@ def load(path, threads=None):
     if tokenizer.vocab_size > config.vocab_size:
         raise ModelError(f"{path}: tokenizer.json has {tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {config.vocab_size}")
-    return Model(config, weights, tokenizer, path, stored_bytes(ckpt), threads)
+    return Model(config, weights, tokenizer, path, stored_bytes(ckpt), threads, load_chat_template(path))
 
 
 def stored_bytes(ckpt):
@@ -109,8 +110,9 @@ class Model:
     """threads: the count of the model's own thread pool, which runs every pass of it (default:
     the default pool's count: TINYDIFF_THREADS, else the physical cores, unless set_threads changed it)."""
 
-    def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None, threads=None):
+    def __init__(self, config, weights, tokenizer, path=None, stored_bytes=None, threads=None, chat_template=None):
         self._attach(Transformer(config, weights, threads), tokenizer, path, stored_bytes)
+        self.chat_template = chat_template        # formats.chat_template.ChatTemplate, or None
 
     @classmethod
     def of(cls, transformer, tokenizer=None, path=None):
@@ -124,6 +126,7 @@ class Model:
             raise UsageError(f"Model.of: tokenizer must be a Tokenizer, got {type(tokenizer).__name__}")
         model = cls.__new__(cls)
         model._attach(transformer, tokenizer, path, None)
+        model.chat_template = None
         return model
 
     def _attach(self, transformer, tokenizer, path, stored_bytes):
@@ -270,11 +273,13 @@ class Model:
     def generate_tokens(self, ids, max_new_tokens=128, *, truncate=False, timings=None, **sampling):
         """Yields new ids one at a time (the last one is EOS if the model produced it). sampling:
         the fields of decoding.sampling.SamplingParams (temperature, top_k, top_p, min_p,
-        repeat_penalty, repeat_last_n, seed), llama.cpp's defaults."""
+        repeat_penalty, repeat_last_n, seed); those not given come from the model's
+        generation_config.json when it sets do_sample (config.with_generation_config), else
+        llama.cpp's defaults."""
         if not self.config.causal:
             raise UsageError(f"{self.path or 'this model'} is a masked-diffusion model (bidirectional "
                              "attention): generate with denoise() or --mode diffusion")
-        params = SamplingParams.of(**sampling)
+        params = SamplingParams.of(**{**dict(self.config.sampling_defaults), **sampling})
         ids = self._fit_prompt(self._ids(ids).tolist(), max_new_tokens, truncate)
         return decode_tokens(self.transformer, ids, max_new_tokens, params, self.stop_ids, timings)
 
@@ -348,6 +353,30 @@ class Model:
         return self._tokenizer().text(filled[first:last])
 
     # -- what it is -------------------------------------------------------------------------
+
+    # -- chat (formats/chat_template.py renders; chat.py keeps a conversation) -----------------
+
+    def render_chat(self, messages, add_generation_prompt=True, **variables):
+        """The conversation [{"role": ..., "content": ...}, ...] as the model's chat template writes
+        it, ending with the assistant's header; variables: extra template variables (date_string, ...)."""
+        if self.chat_template is None:
+            raise UsageError(f"{self.path or 'this model'} has no chat template (chat_template.jinja, "
+                             "tokenizer_config.json's chat_template or GGUF's tokenizer.chat_template)")
+        return self.chat_template.render(messages, add_generation_prompt, **variables)
+
+    def chat_ids(self, messages, add_generation_prompt=True, **variables):
+        """The rendered conversation's ids: the template writes BOS and the like, none is added."""
+        return self._tokenizer().encode(self.render_chat(messages, add_generation_prompt, **variables),
+                                        add_special_tokens=False)
+
+    def chat(self, messages, max_new_tokens=256, **options):
+        """The assistant's answer to the conversation: generated (options: sampling) or, for a
+        masked-diffusion model, denoised on max_new_tokens positions (options: denoising)."""
+        ids = self.chat_ids(messages)
+        if self.config.causal:
+            return "".join(stream_text(self.tokenizer, self.generate_tokens(ids, max_new_tokens, **options),
+                                       self.stop_ids, None))
+        return self.text(self.denoise_ids(ids, max_new_tokens, **options))
 
     def parameter_count(self):
         """Weights, not storage units: a Q8_0 array [m, k/32] holds m*k of them."""

@@ -35,17 +35,19 @@ class Timings:
                 f"time to first token: {ttft}")
 
 
-def decode_tokens(transformer, ids, max_new_tokens, params, stop_ids, timings=None):
+def decode_tokens(transformer, ids, max_new_tokens, params, stop_ids, timings=None, state=None, cached=0):
     """Yields new token ids one by one; the last one is a stop id if generation hit one.
-    ids: the prompt, in the vocabulary and fitting the context with max_new_tokens (Model checks)."""
+    ids: the prompt, in the vocabulary and fitting the context with max_new_tokens (Model checks).
+    state, cached: a State whose cache already holds the keys and values of ids[:cached] (a chat's
+    earlier turns), so only the rest is prefilled; by default a fresh State for this call."""
     timings = timings or Timings()
     sampler = Sampler(params)
-    state = transformer.state(len(ids) + max_new_tokens, rows=len(ids))
+    state = state or transformer.state(len(ids) + max_new_tokens, rows=len(ids))
     history = list(ids)
 
     t0 = time.perf_counter()
-    logits = transformer.forward(np.asarray([ids]), state, 0, last_only=True)  # [1, V] prefill, one pass
-    timings.prompt_tokens, timings.prompt_s = len(ids), time.perf_counter() - t0
+    logits = prefill(transformer, ids[cached:], state, cached)  # [1, V]
+    timings.prompt_tokens, timings.prompt_s = len(ids) - cached, time.perf_counter() - t0
     for i in range(max_new_tokens):
         token = sampler(logits[-1], history)
         if timings.first_token_s is None:
@@ -58,6 +60,15 @@ def decode_tokens(transformer, ids, max_new_tokens, params, stop_ids, timings=No
         logits = transformer.forward(np.array([[token]]), state, len(history) - 1, last_only=True)  # [1, V]
         timings.gen_tokens += 1
         timings.gen_s += time.perf_counter() - t0
+
+
+def prefill(transformer, ids, state, start):
+    """Runs ids at positions start.. into the cache, in passes of as many rows as the State's
+    buffers hold (one pass for a prompt State sized to it); the last position's logits [1, V]."""
+    rows = state.buf.n_max
+    for i in range(0, len(ids), rows):
+        logits = transformer.forward(np.asarray([ids[i:i + rows]]), state, start + i, last_only=True)
+    return logits
 
 
 def stream_text(tokenizer, tokens, stop_ids, stop_strings):

@@ -5,8 +5,10 @@ config.json beside this file. Two spellings exist in the wild: hub checkpoints m
 `rope_theta`, `rope_scaling`, `torch_dtype` at top level; files saved by transformers >= 5 carry
 `rope_parameters` and `dtype`. Both are read. Anything the engine does not implement (a RoPE
 scaling type, sliding-window attention in use, another activation) is an error naming the field:
-never a silently different model.
+never a silently different model. A generation_config.json beside config.json adds its EOS ids to
+the stop set and, if it says do_sample, its sampling settings as the model's defaults.
 """
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -41,6 +43,7 @@ class Config:
     mask_token_id: Optional[int] = None
     block_size: Optional[int] = None  # block diffusion: attention causal across blocks of this many positions
     dtype: str = "float32"           # as stored, informational
+    sampling_defaults: tuple = ()    # (name, value) pairs of SamplingParams from generation_config.json
 
     @property
     def q_dim(self):
@@ -52,9 +55,52 @@ class Config:
 
 
 def load_config(path):
-    """Reads config.json at `path` (a file, or a folder holding one)."""
+    """Reads config.json at `path` (a file, or a folder holding one), and the folder's
+    generation_config.json if there is one (with_generation_config)."""
     if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
+        return with_generation_config(load_config(os.path.join(path, "config.json")),
+                                      os.path.join(path, "generation_config.json"))
+    raw = _read_object(path)
+    return config_from_dict(raw, where=path)
+
+
+# generation_config.json's sampling fields, as transformers reads them, and the SamplingParams
+# field each sets; transformers' default for a field the file leaves out once it samples
+SAMPLING_FIELDS = {"temperature": ("temperature", 1.0), "top_k": ("top_k", 50), "top_p": ("top_p", 1.0),
+                   "min_p": ("min_p", 0.0), "repetition_penalty": ("repeat_penalty", 1.0)}
+
+
+def with_generation_config(cfg, path):
+    """cfg with generation_config.json's EOS ids added to its own and its sampling defaults.
+
+    As transformers' generate reads the file: do_sample true samples with the file's temperature,
+    top_k, top_p, min_p, repetition_penalty (transformers' defaults for those it leaves out: 1.0,
+    50, 1.0, off, 1.0); do_sample false is greedy (temperature 0). A file that does not say
+    do_sample (most hold only token ids) leaves tinydiff's own defaults, llama.cpp's, in place."""
+    if not os.path.isfile(path):
+        return cfg
+    raw = _read_object(path)
+    eos = cfg.eos_token_ids + tuple(i for i in _token_ids(raw, "eos_token_id", path) if i not in cfg.eos_token_ids)
+    sampling = {}
+    do_sample = raw.get("do_sample")
+    if do_sample is not None and not isinstance(do_sample, bool):
+        raise ModelError(f"{path}: field 'do_sample' should be true or false, got {_quote(do_sample)}")
+    if do_sample is False:
+        sampling = {"temperature": 0.0}
+    elif do_sample:
+        for key, (ours, default) in SAMPLING_FIELDS.items():
+            value = raw.get(key)
+            value = default if value is None else value
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ModelError(f"{path}: field '{key}' should be a number, got {_quote(value)}")
+            sampling[ours] = int(value) if ours == "top_k" else float(value)
+    cfg = dataclasses.replace(cfg, eos_token_ids=eos, sampling_defaults=tuple(sampling.items()))
+    _check_token_ids(cfg, path)
+    return cfg
+
+
+def _read_object(path):
+    """The JSON object in the file at path."""
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
@@ -68,7 +114,7 @@ def load_config(path):
         raise ModelError(f"{path}: JSON nested too deeply") from None
     if not isinstance(raw, dict):
         raise ModelError(f"{path}: not a JSON object")
-    return config_from_dict(raw, where=path)
+    return raw
 
 
 def config_from_dict(raw, where="config.json"):

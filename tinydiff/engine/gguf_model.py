@@ -40,7 +40,7 @@ HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "lla
 
 
 def load_gguf(path):
-    """(Config, Weights, Tokenizer, stored bytes per type) of a GGUF model file."""
+    """(Config, Weights, Tokenizer, stored bytes per type, ChatTemplate or None) of a GGUF model file."""
     from ..formats.tokenizer import Tokenizer
     from .weights import GGUF_NAMES, load_weights
     f = open_gguf(path)
@@ -52,7 +52,20 @@ def load_gguf(path):
             lw.q_proj, lw.q_bias = permute_rows(lw.q_proj, H, True), permute_rows(lw.q_bias, H, True)
             lw.k_proj, lw.k_bias = permute_rows(lw.k_proj, KVH, True), permute_rows(lw.k_bias, KVH, True)
     tokenizer = Tokenizer.from_gguf(f.metadata, show(path))
-    return config, weights, tokenizer, f.stored_bytes()
+    return config, weights, tokenizer, f.stored_bytes(), chat_template_of(f, config, tokenizer, path)
+
+
+def chat_template_of(f, config, tokenizer, path):
+    """tokenizer.chat_template, with the BOS and EOS the file names as its bos_token / eos_token."""
+    from ..formats.chat_template import ChatTemplate
+    source = f.metadata.get("tokenizer.chat_template")
+    if source is None:
+        return None
+    if not isinstance(source, str):
+        fail(path, f"tokenizer.chat_template should be a string, got {type(source).__name__}")
+    named = {"bos_token": config.bos_token_id, "eos_token": (config.eos_token_ids or (None,))[0]}
+    tokens = {name: tokenizer.id_to_token(i) for name, i in named.items() if i is not None}
+    return ChatTemplate(source, tokens, f"{show(path)}: tokenizer.chat_template")
 
 
 def permute_rows(w, n_head, undo=False):

@@ -1,0 +1,103 @@
+"""A conversation with a model: its messages, and (autoregressive) the KV cache of all that was said.
+
+    chat = Chat(model, system="You are terse.")
+    for piece in chat.send("What is 2 + 2?", max_new_tokens=64, temperature=0):
+        print(piece, end="")
+
+Each turn renders the whole conversation with the model's chat template (formats/chat_template.py),
+so a turn sees exactly what a fresh model.chat(messages) would. An autoregressive Chat keeps one
+run State across turns and the ids whose keys and values it holds; a turn prefills only from the
+first id where the new rendering differs from them (llama.cpp server's cache_prompt rule): the
+previous answer is normally kept whole, since the template writes it back as it was generated.
+A masked-diffusion model has no cache to keep (its positions see each other, so every step
+recomputes the canvas): each answer is a canvas of max_new_tokens masks after the rendered history.
+
+A turn that fails its checks (a template that refuses the conversation, a conversation too long
+for the context) raises UsageError and leaves the conversation as it was; an answer cut short
+(the caller stops reading, Ctrl-C) is kept as far as it went, as llama.cpp's chat keeps it.
+"""
+from .decoding.diffusion import to_the_end
+from .decoding.generate import decode_tokens, stream_text
+from .decoding.sampling import SamplingParams
+from .errors import UsageError, is_integer
+
+PREFILL_ROWS = 512   # rows per prefill pass of a turn (llama.cpp's default micro-batch)
+
+
+class Chat:
+    """model: a tinydiff Model with a chat template; system: an optional system message; n_ctx:
+    the positions the conversation may take (default the model's context); variables: extra
+    template variables (date_string, ...)."""
+
+    def __init__(self, model, system=None, n_ctx=None, **variables):
+        self.model, self.system, self.variables = model, system, variables
+        limit = model.config.max_position_embeddings
+        if n_ctx is not None and not (is_integer(n_ctx) and 1 <= n_ctx <= limit):
+            raise UsageError(f"the chat's context must be an integer in 1..{limit} (the model's), got {n_ctx!r}")
+        self.n_ctx = n_ctx or limit
+        self.reset()
+        model.render_chat(self.messages or [{"role": "user", "content": ""}])   # a model without a template fails here
+
+    def reset(self):
+        """Forgets the conversation (the system message stays) and the cache."""
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.cached = []        # ids whose keys and values are in the State's cache, from position 0
+        self.state = None       # made at the first autoregressive turn
+        self.last_prefill = 0   # positions the last turn prefilled (what the cache saved shows here)
+
+    def send(self, text, max_new_tokens=256, on_step=None, **options):
+        """Yields the answer to the user's text as pieces; the turn joins the conversation when the
+        answer ends (or is cut short). options: sampling (autoregressive) or denoising options;
+        on_step (masked diffusion): called after every step, as Model.denoise_ids calls it. Every
+        check is made here, before the first piece is asked for; self.ids is then the rendered
+        conversation the answer follows."""
+        if not is_integer(max_new_tokens) or max_new_tokens < 1:
+            raise UsageError(f"the number of tokens to generate must be an integer >= 1, got {max_new_tokens!r}")
+        messages = self.messages + [{"role": "user", "content": text}]
+        ids = self.model.chat_ids(messages, **self.variables)
+        if len(ids) + max_new_tokens > self.n_ctx:
+            raise UsageError(f"the conversation ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
+                             f"context of {self.n_ctx} positions: /reset it, or ask for fewer tokens")
+        self.ids = ids
+        if self.model.config.causal:
+            answer = self._generate(ids, max_new_tokens, SamplingParams.of(
+                **{**dict(self.model.config.sampling_defaults), **options}))
+        else:
+            answer = self._denoise(ids, max_new_tokens, on_step, options)
+        return self._record(messages, answer)
+
+    def _record(self, messages, pieces):
+        said = []
+        try:
+            for piece in pieces:
+                said.append(piece)
+                yield piece
+        finally:
+            self.messages = messages + [{"role": "assistant", "content": "".join(said)}]
+
+    def _generate(self, ids, max_new_tokens, params):
+        model = self.model
+        if self.state is None:
+            self.state = model.transformer.state(self.n_ctx, rows=PREFILL_ROWS)
+        same = next((i for i, (a, b) in enumerate(zip(ids, self.cached)) if a != b), min(len(ids), len(self.cached)))
+        same = min(same, len(ids) - 1)           # the last prompt id is run, for the first answer's logits
+        self.last_prefill = len(ids) - same
+        self.cached = list(ids[:same])
+        tokens = decode_tokens(model.transformer, ids, max_new_tokens, params, model.stop_ids,
+                               state=self.state, cached=same)
+        return stream_text(model.tokenizer, self._cache_as_run(ids, tokens), model.stop_ids, None)
+
+    def _cache_as_run(self, ids, tokens):
+        """The tokens, noting what the cache holds after each: the prompt and all but the newest."""
+        new = []
+        for token in tokens:
+            self.cached = list(ids) + new
+            new.append(token)
+            yield token
+
+    def _denoise(self, ids, max_new_tokens, on_step, options):
+        steps = self.model.denoise_steps(ids, max_new_tokens, **options)     # checked now, run when read
+        return self._text_of(steps, on_step)
+
+    def _text_of(self, steps, on_step):
+        yield self.model.text(to_the_end(steps, on_step).ids)

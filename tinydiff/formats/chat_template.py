@@ -1,0 +1,133 @@
+"""Chat templates: a conversation rendered to the text an instruct model was trained on.
+
+A model's template is a Jinja2 program in its files: `chat_template.jinja` beside the tokenizer, or
+tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"} whose
+"default" is used), or GGUF's tokenizer.chat_template. It is rendered as transformers'
+apply_chat_template renders it (utils/chat_template_utils.py), so the same conversation gives the
+same text byte for byte (tests/test_chat_template.py against transformers' own output):
+  - a sandboxed environment (ImmutableSandboxedEnvironment: a template is code from a download and
+    must not reach Python's internals) with trim_blocks, lstrip_blocks and loop controls;
+  - `tojson` that does not escape HTML (json.dumps, ensure_ascii=False), `raise_exception(msg)`,
+    `strftime_now(fmt)`;
+  - the variables messages, add_generation_prompt, tools (None), documents (None), the special
+    tokens by name (bos_token, eos_token, unk_token, pad_token: tokenizer_config.json's strings)
+    and any further keyword the caller gives (date_string, enable_thinking, ...).
+The rendered text is tokenized without adding BOS/EOS (the template writes them), as transformers
+does; the tokenizer cuts the template's special tokens out of the text (tokenizer.py).
+
+Messages are checked before rendering: a list of {"role": ..., "content": str} with role system,
+user, assistant or tool. A template that does not compile is a ModelError naming the file; one
+that refuses the conversation (raise_exception: "roles must alternate", ...) is a UsageError with
+its own message, since the conversation is the caller's.
+"""
+import json
+import os
+from datetime import datetime
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import ModelError, UsageError
+from .files import show
+
+ROLES = ("system", "user", "assistant", "tool")
+SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+class ChatTemplate:
+    """source: the template's text; special_tokens: {"bos_token": "<s>", ...}; where: the file, for messages."""
+
+    def __init__(self, source, special_tokens=None, where="chat template"):
+        self.source, self.where = source, where
+        self.special_tokens = dict(special_tokens or {})
+        self._template = _compile(source, where)
+
+    def render(self, messages, add_generation_prompt=True, **variables):
+        """The conversation as text, ending with the assistant's header if add_generation_prompt."""
+        check_messages(messages)
+        try:
+            return self._template.render(messages=[dict(m) for m in messages], tools=None, documents=None,
+                                         add_generation_prompt=add_generation_prompt,
+                                         **{**self.special_tokens, **variables})
+        except jinja2.TemplateError as e:
+            raise UsageError(f"{self.where}: the chat template refuses this conversation: {show(str(e))}") from None
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            raise UsageError(f"{self.where}: the chat template fails on this conversation: "
+                             f"{type(e).__name__}: {show(str(e))}") from None
+
+
+def check_messages(messages):
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise UsageError(f"messages must be a non-empty list of {{'role': ..., 'content': ...}}, got {show(repr(messages))}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise UsageError(f"message {i} must be a dict with 'role' and 'content', got {show(repr(m))}")
+        if m["role"] not in ROLES:
+            raise UsageError(f"message {i} has role {show(repr(m['role']))}; roles are {', '.join(ROLES)}")
+        if not isinstance(m["content"], str):
+            raise UsageError(f"message {i}: content must be text (str), got {type(m['content']).__name__}")
+
+
+def _compile(source, where):
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ModelError(f"{where}: the chat template does not compile (line {e.lineno}): {show(e.message or '')}") from None
+
+
+def load_chat_template(folder):
+    """The folder's ChatTemplate (chat_template.jinja, else tokenizer_config.json's), or None."""
+    config_path = os.path.join(folder, "tokenizer_config.json")
+    config = _read_json(config_path) if os.path.isfile(config_path) else {}
+    jinja_path = os.path.join(folder, "chat_template.jinja")
+    if os.path.isfile(jinja_path):
+        with open(jinja_path, encoding="utf-8") as f:
+            return ChatTemplate(f.read(), special_tokens(config, config_path), jinja_path)
+    source = config.get("chat_template")
+    if source is None:
+        return None
+    if isinstance(source, list):      # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+        named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
+        if "default" not in named:
+            raise ModelError(f"{config_path}: chat_template lists templates {sorted(map(str, named))} but no 'default'")
+        source = named["default"]
+    if not isinstance(source, str):
+        raise ModelError(f"{config_path}: chat_template should be a string, got {type(source).__name__}")
+    return ChatTemplate(source, special_tokens(config, config_path), config_path)
+
+
+def special_tokens(config, where):
+    """{"bos_token": "<s>", ...} from tokenizer_config.json, where a token is a string or an
+    AddedToken object {"content": ...}."""
+    out = {}
+    for name in SPECIAL_TOKENS:
+        token = config.get(name)
+        if isinstance(token, dict):
+            token = token.get("content")
+        if token is not None and not isinstance(token, str):
+            raise ModelError(f"{where}: {name} should be a string or {{\"content\": ...}}, got {show(repr(token))}")
+        if token is not None:
+            out[name] = token
+    return out
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path}: cannot be read as JSON: {show(str(e))}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: should hold a JSON object, got {type(data).__name__}")
+    return data
