@@ -3,6 +3,7 @@
 Each fixture folder is a small random model saved by save_pretrained, with transformers' logits for
 fixed inputs and its greedy generate(do_sample=False) output (with its KV cache).
 """
+import dataclasses
 import json
 import os
 
@@ -11,6 +12,7 @@ import pytest
 
 import tinydiff
 from tinydiff.engine import kernels as K
+from tinydiff.engine.transformer import rope_inv_freq
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 MODELS = sorted(d for d in os.listdir(HF) if os.path.isdir(os.path.join(HF, d)))
@@ -43,7 +45,8 @@ def widened_bf16(request):
 
 
 def test_there_are_fixtures_for_each_layout():
-    assert {"llama-gqa", "llama-tied-headdim", "qwen2-bias", "llama-bf16", "llama-sharded"} <= set(MODELS)
+    assert {"llama-gqa", "llama-tied-headdim", "qwen2-bias", "llama-bf16", "llama-sharded", "llama3-rope",
+            "llama-linear-rope"} <= set(MODELS)
 
 
 def test_logits_match_transformers(fixture):
@@ -54,6 +57,20 @@ def test_logits_match_transformers(fixture):
         assert got.shape == expected.shape and got.dtype == np.float32
         scale = np.abs(expected).max()
         assert np.abs(got - expected).max() <= 1e-3 * scale, name
+
+
+def test_rope_frequencies_are_transformers_own(fixture):
+    model, ref, name = fixture
+    # within two float32 ulps: NumPy's and torch's pow (each within an ulp or so) round theta ** (i / hd) apart
+    np.testing.assert_array_max_ulp(rope_inv_freq(model.config), np.array(ref["inv_freq"], np.float32), maxulp=2)
+
+
+@pytest.mark.parametrize("name", ["llama3-rope", "llama-linear-rope"])
+def test_rope_scaling_changes_the_logits_it_is_tested_on(name):
+    model, ref = tinydiff.load(os.path.join(HF, name)), reference(name)
+    plain = tinydiff.Model(dataclasses.replace(model.config, rope_scaling=()), model.weights, model.tokenizer)
+    expected = np.load(os.path.join(HF, name, ref["logits_files"][-1]), allow_pickle=False)
+    assert np.abs(plain.logits(ref["input_ids"][-1]) - expected).max() > 1e-2 * np.abs(expected).max()
 
 
 def test_greedy_generation_matches_transformers_generate(fixture):

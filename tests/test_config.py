@@ -52,7 +52,10 @@ def test_eos_may_be_a_list():
     (dict(model_type="gpt2"), "model_type"),
     (dict(hidden_act="gelu"), "hidden_act"),
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope_scaling"),
-    (dict(rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
+    (dict(rope_scaling={"type": "dynamic", "factor": 2.0}), "rope_scaling.rope_type 'dynamic' not supported"),
+    (dict(rope_scaling={"type": "linear", "factor": 0}), r"rope_scaling.factor should be a positive number"),
+    (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+                        "original_max_position_embeddings": 8192}), "high_freq_factor 1.0 should exceed"),
     (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}), "rope_parameters"),
     (dict(model_type="mistral", sliding_window=128), "sliding_window"),
     (dict(model_type="qwen2", use_sliding_window=True, sliding_window=64), "sliding_window"),
@@ -64,6 +67,20 @@ def test_eos_may_be_a_list():
 def test_what_the_engine_does_not_implement_is_an_error_naming_the_field(kw, field):
     with pytest.raises(ModelError, match=field):
         cfg(**kw)
+
+
+LLAMA31 = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+@pytest.mark.parametrize("kw", [
+    dict(rope_theta=500000.0, rope_scaling={"rope_type": "llama3", **LLAMA31}),            # Llama-3.2-1B's config.json
+    dict(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, **LLAMA31}),     # as transformers >= 5 saves it
+])
+def test_rope_scaling_reads_from_either_spelling(kw):
+    c = cfg(**kw)
+    assert c.rope_theta == 500000.0 and c.rope_scaling == ("llama3", 32.0, 1.0, 4.0, 8192)
+    assert cfg(rope_scaling={"type": "linear", "factor": 2.0}).rope_scaling == ("linear", 2.0)
+    assert cfg().rope_scaling == ()
 
 
 def test_sliding_window_not_in_use_is_accepted():

@@ -27,6 +27,7 @@ from tinydiff.convert import convert
 from tinydiff.engine import kernels
 from tinydiff.engine.gguf_model import permute_rows
 from tinydiff.engine.masks import BIDIRECTIONAL
+from tinydiff.engine.transformer import rope_inv_freq
 from tinydiff.engine.weights import GGUF_NAMES, HF_NAMES, LayerWeights, Weights
 from tinydiff.errors import ModelError
 from tinydiff.formats import quant
@@ -132,7 +133,10 @@ def test_a_round_trip_in_the_stored_type_gives_the_safetensors_logits_exactly(na
     ours, hf = tinydiff.load(converted(name, stored)), tinydiff.load(os.path.join(HF, name))
     ref = reference(name)
     for ids in ref["input_ids"]:
-        np.testing.assert_array_equal(ours.logits(ids), hf.logits(ids))
+        if name == "llama3-rope":   # GGUF keeps Llama 3.1's scaling as float32 divisors: an ulp apart
+            np.testing.assert_allclose(ours.logits(ids), hf.logits(ids), rtol=0, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(ours.logits(ids), hf.logits(ids))
     assert ours.generate_ids(ref["prompt_ids"], 20, temperature=0) == hf.generate_ids(ref["prompt_ids"], 20, temperature=0)
     assert ours.tokenizer.encode(ref["prompt_text"]) == ref["prompt_ids"]
     assert ours.tokenizer.tokens == hf.tokenizer.tokens
@@ -699,7 +703,7 @@ def test_bad_bool_and_unknown_value_type(tmp_path, base):
 
 
 @pytest.mark.parametrize("kv, words", [
-    (("llama.rope.scaling.type", "str", "yarn"), ["RoPE scaling"]),
+    (("llama.rope.scaling.type", "str", "yarn"), ["rope.scaling.type yarn is not supported"]),
     (("llama.rope.dimension_count", "u32", 4), ["partial RoPE"]),
     (("llama.attention.sliding_window", "u32", 64), ["sliding_window"]),
     (("llama.expert_count", "u32", 8), ["expert_count"]),
@@ -717,11 +721,27 @@ def test_metadata_tinydiff_cannot_honour(tmp_path, base, kv, words):
 
 
 def test_a_tensor_the_model_does_not_use(tmp_path, base):
-    """Llama 3.1 files carry rope_freqs.weight for their RoPE scaling: ignoring it would run
-    another model."""
     kvs, tensors = base
-    msg = load_error(write(tmp_path, gguf_bytes(kvs, tensors + [("rope_freqs.weight", "F32", [4], bytes(16))])))
-    assert "rope_freqs.weight is not part of a llama model" in msg
+    msg = load_error(write(tmp_path, gguf_bytes(kvs, tensors + [("blk.9.attn_norm.weight", "F32", [4], bytes(16))])))
+    assert "blk.9.attn_norm.weight is not part of a llama model" in msg
+
+
+@pytest.mark.parametrize("values, words", [([1.0, 0.0, 1.0, 1.0], "should hold 4 positive numbers"),
+                                           ([1.0, 2.0, 3.0], "got shape (3,)")])
+def test_rope_freqs_must_be_one_positive_divisor_per_frequency(tmp_path, base, values, words):
+    kvs, tensors = base
+    raw = np.array(values, np.float32).tobytes()
+    assert words in load_error(write(tmp_path, gguf_bytes(kvs, tensors + [("rope_freqs.weight", "F32", [len(values)], raw)])))
+
+
+def test_rope_freqs_divide_the_frequencies_as_llama_cpp_applies_them(tmp_path, base):
+    kvs, tensors = base
+    plain = tinydiff.load(write(tmp_path, gguf_bytes(kvs, tensors), "plain.gguf"))
+    raw = np.array([1.0, 1.5, 4.0, 8.0], np.float32).tobytes()   # the mistral fixture: head size 8
+    scaled = tinydiff.load(write(tmp_path, gguf_bytes(kvs, tensors + [("rope_freqs.weight", "F32", [4], raw)])))
+    assert scaled.config.rope_scaling == ("freq_factors", 1.0, 1.5, 4.0, 8.0)
+    np.testing.assert_array_equal(rope_inv_freq(scaled.config), rope_inv_freq(plain.config) / np.float32([1, 1.5, 4, 8]))
+    assert not np.array_equal(scaled.logits([5, 6, 7, 8]), plain.logits([5, 6, 7, 8]))
 
 
 def test_a_missing_required_key(tmp_path, base):

@@ -15,12 +15,13 @@ MAY_IMPORT = {
     "engine": {"engine", "formats", "_kernels"},
     "decoding": {"decoding", "engine", "formats"},
     "model": {"decoding", "engine", "formats"},
+    "chat": {"decoding", "engine", "formats"},
     "convert": {"engine", "formats"},
     "measure": {"measure", "model", "decoding", "engine", "formats", "_kernels"},
     "training": {"training", "measure", "model", "decoding", "engine", "formats"},
-    "cli": {"cli", "model", "convert", "measure", "training", "decoding", "engine", "formats",
+    "cli": {"cli", "model", "chat", "convert", "measure", "training", "decoding", "engine", "formats",
             "__version__"},
-    "__init__": {"model", "engine", "formats"},
+    "__init__": {"model", "chat", "engine", "formats"},
     "__main__": {"cli"},
 }
 

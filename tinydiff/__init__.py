@@ -6,13 +6,14 @@
 """
 import sys
 
+from .chat import Chat
 from .engine import cost, masks
 from .engine.ledger import Ledger
 from .errors import ModelError, TinydiffError, UsageError
 from .formats.tokenizer import Tokenizer
 from .model import Model, load, set_threads
 
-__all__ = ["load", "Model", "Tokenizer", "Ledger", "cost", "masks", "set_threads",
+__all__ = ["load", "Model", "Chat", "Tokenizer", "Ledger", "cost", "masks", "set_threads",
            "TinydiffError", "UsageError", "ModelError"]
 __version__ = "0.1.0"
 

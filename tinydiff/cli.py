@@ -582,7 +582,8 @@ def cmd_info(args):
     print(f"layers {c.num_hidden_layers}, hidden {c.hidden_size}, heads {c.num_attention_heads} "
           f"(kv {c.num_key_value_heads}, head_dim {c.head_dim}), mlp {c.intermediate_size}, "
           f"vocab {c.vocab_size}, context {c.max_position_embeddings}")
-    print(f"rope_theta {c.rope_theta:g}, rms_norm_eps {c.rms_norm_eps:g}, "
+    scaling = f" ({c.rope_scaling[0]} scaling)" if c.rope_scaling else ""
+    print(f"rope_theta {c.rope_theta:g}{scaling}, rms_norm_eps {c.rms_norm_eps:g}, "
           f"tied embeddings {c.tie_word_embeddings}, qkv bias {c.qkv_bias}")
     print(f"parameters:   {model.parameter_count():,}")
     for dtype, n in sorted(model.stored_bytes.items()):

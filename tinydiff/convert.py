@@ -73,6 +73,9 @@ def _config_metadata(cfg, arch, wtype, name):
         meta["diffusion.shift_logits"] = ("bool", cfg.shifted_logits)
     if cfg.block_size is not None:
         meta["tinydiff.block_size"] = ("uint32", cfg.block_size)
+    if cfg.rope_scaling[:1] == ("linear",):
+        meta[a + "rope.scaling.type"] = ("string", "linear")
+        meta[a + "rope.scaling.factor"] = ("float32", cfg.rope_scaling[1])
     return meta
 
 
@@ -89,6 +92,20 @@ def _special_tokens(cfg, tok, where):
         if i is not None:
             meta[k + key] = ("uint32", i)
     return meta
+
+
+def _rope_freqs(cfg):
+    """Llama 3.1's RoPE scaling as llama.cpp's converter stores it: the factor each frequency is
+    divided by ([hd/2] f32), which gguf_model.py reads back as rope_scaling "freq_factors"."""
+    import dataclasses
+
+    import numpy as np
+
+    from .engine.transformer import rope_inv_freq
+    plain, scaled = rope_inv_freq(dataclasses.replace(cfg, rope_scaling=())), rope_inv_freq(cfg)
+    # a blended frequency divided by its float32 factor at load can land an ulp from the
+    # checkpoint's (no float32 factor hits it exactly): the logits differ by ~1e-6
+    return (plain.astype(np.float64) / scaled).astype(np.float32)
 
 
 def _tensor_plans(cfg, ckpt, arch, wtype):
@@ -108,6 +125,8 @@ def _tensor_plans(cfg, ckpt, arch, wtype):
     H, KVH = cfg.num_attention_heads, cfg.num_key_value_heads
     heads = dict(q_proj=H, q_bias=H, k_proj=KVH, k_bias=KVH) if ARCHITECTURES[arch].permuted else {}
     plans, fallbacks = {}, []
+    if cfg.rope_scaling[:1] == ("llama3",):   # first, as llama.cpp's converter writes it
+        plans["rope_freqs.weight"] = _rope_freqs(cfg)
     for field, i, shape in fields:
         def name(table):
             return (table["layer"].format(i=i) if i != "" else "") + table[field]

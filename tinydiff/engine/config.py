@@ -44,6 +44,9 @@ class Config:
     block_size: Optional[int] = None  # block diffusion: attention causal across blocks of this many positions
     dtype: str = "float32"           # as stored, informational
     sampling_defaults: tuple = ()    # (name, value) pairs of SamplingParams from generation_config.json
+    # () plain RoPE; ("linear", factor); ("llama3", factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings): Llama 3.1's frequency-dependent scaling (transformer.py)
+    rope_scaling: tuple = ()
 
     @property
     def q_dim(self):
@@ -160,6 +163,7 @@ def config_from_dict(raw, where="config.json"):
         vocab_size=get("vocab_size", int, required=True),
         max_position_embeddings=get("max_position_embeddings", int, 2048),
         rope_theta=_rope_theta(raw, where),
+        rope_scaling=_rope_scaling(raw, where),
         rms_norm_eps=_rms_norm_eps(get("rms_norm_eps", float, 1e-6), where),
         tie_word_embeddings=get("tie_word_embeddings", bool, False),
         qkv_bias=model_type in ("qwen2", "Dream") or bool(raw.get("attention_bias", False)),
@@ -207,16 +211,44 @@ def _llada_as_hf(raw, where):
     return hf
 
 
-def _rope_theta(raw, where):
-    """rope_theta and the scaling type, from either spelling; only plain RoPE is implemented."""
-    params = raw.get("rope_parameters") or {}
-    scaling = raw.get("rope_scaling") or {}
+def _rope_blocks(raw, where):
+    """config.json's rope_parameters (transformers >= 5) and rope_scaling (older) objects."""
+    params, scaling = raw.get("rope_parameters") or {}, raw.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
         raise ModelError(f"{where}: rope_parameters/rope_scaling should be objects")
-    for field, block in (("rope_parameters", params), ("rope_scaling", scaling)):
+    return (("rope_parameters", params), ("rope_scaling", scaling))
+
+
+# The RoPE scaling types tinydiff implements, and the fields each reads (transformers'
+# modeling_rope_utils: _compute_linear_scaling_rope_parameters, _compute_llama3_parameters)
+ROPE_SCALING = {"linear": ("factor",),
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+
+
+def _rope_scaling(raw, where):
+    """The RoPE scaling as Config.rope_scaling holds it, from either spelling."""
+    for field, block in _rope_blocks(raw, where):
         kind = block.get("rope_type", block.get("type", "default"))
-        if kind != "default":
-            raise ModelError(f"{where}: {field}.rope_type {_quote(kind)} not supported (only default RoPE)")
+        if kind == "default":
+            continue
+        if not isinstance(kind, str) or kind not in ROPE_SCALING:
+            raise ModelError(f"{where}: {field}.rope_type {_quote(kind)} not supported "
+                             f"(default, {', '.join(ROPE_SCALING)})")
+        values = []
+        for key in ROPE_SCALING[kind]:
+            value = block.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < FLOAT32_MAX:
+                raise ModelError(f"{where}: {field}.{key} should be a positive number, got {_quote(value)}")
+            values.append(value)
+        if kind == "llama3" and not values[2] > values[1]:
+            raise ModelError(f"{where}: {field}.high_freq_factor {values[2]} should exceed low_freq_factor {values[1]}")
+        return (kind, *values)
+    return ()
+
+
+def _rope_theta(raw, where):
+    """rope_theta, from either spelling."""
+    params = dict(_rope_blocks(raw, where))["rope_parameters"]
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)):
         raise ModelError(f"{where}: rope_theta should be a positive number, got {_quote(theta)}")

@@ -18,13 +18,17 @@ Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.p
     are written as architecture "llama" with llama.attention.causal = false and
     tokenizer.ggml.mask_token_id: llama.cpp's own keys for those two facts (its LLaDA converter
     writes them), rather than tinydiff-only keys, so the file says what the model is to any reader.
-  - Loading refuses a tensor it would not use (rope_freqs.weight, ...; weights.load_weights):
+  - RoPE scaling: {arch}.rope.scaling.type "linear" with .rope.scaling.factor; Llama 3.1's
+    scaling as llama.cpp's converter writes it, the tensor rope_freqs.weight [hd/2] holding the
+    factor each frequency is divided by. Other scaling types are errors naming the key.
+  - Loading refuses a tensor it would not use (a layer too many, a bias, ...; weights.load_weights):
     ignoring one would run a different model.
 """
 from collections import namedtuple
 
 import numpy as np
 
+from ..formats import quant
 from ..formats.files import fail, show
 from ..formats.gguf import GGML_TYPES, INT_TYPES, open_gguf
 
@@ -80,7 +84,8 @@ def permute_rows(w, n_head, undo=False):
 
 def config_from_gguf(f):
     """The Config that a GGUF file's metadata describes; anything the engine does not implement
-    (RoPE scaling, partial RoPE, sliding windows, experts) is an error naming the key."""
+    (RoPE scaling other than linear and llama3, partial RoPE, sliding windows, experts) is an error
+    naming the key."""
     from .config import Config, check_shapes, usable_rms_norm_eps, usable_rope_theta
     meta, kinds = f.metadata, f.value_types
 
@@ -134,6 +139,7 @@ def config_from_gguf(f):
         vocab_size=vocab,
         max_position_embeddings=get(a + "context_length", int),
         rope_theta=theta,
+        rope_scaling=_rope_scaling(f, a, get, head_dim),
         rms_norm_eps=eps,
         tie_word_embeddings="output.weight" not in f,
         qkv_bias="blk.0.attn_q.bias" in f,
@@ -151,10 +157,29 @@ def config_from_gguf(f):
     return cfg
 
 
+def _rope_scaling(f, a, get, head_dim):
+    """Config.rope_scaling from llama.cpp's spelling: rope.scaling.type linear with
+    rope.scaling.factor (or the older rope.scale_linear), or Llama 3.1's scaling as the tensor
+    rope_freqs.weight [hd/2], the factor each frequency is divided by ("freq_factors")."""
+    kind = get(a + "rope.scaling.type", str, "none")
+    linear = get(a + "rope.scale_linear", float, 1.0)
+    if kind not in ("none", "linear"):
+        fail(f.path, f"{a}rope.scaling.type {show(kind)} is not supported (none, linear; llama3 as rope_freqs.weight)")
+    if kind == "linear" or linear != 1.0:
+        factor = get(a + "rope.scaling.factor", float, linear) if kind == "linear" else linear
+        if not 0 < factor < float("inf"):
+            fail(f.path, f"{a}rope.scaling.factor {factor} should be a positive number")
+        return ("linear", factor)
+    if "rope_freqs.weight" not in f:
+        return ()
+    factors = quant.dequantize(f.raw("rope_freqs.weight"))
+    if factors.shape != (head_dim // 2,) or not (np.isfinite(factors) & (factors > 0)).all():
+        fail(f.path, f"rope_freqs.weight should hold {head_dim // 2} positive numbers (one per RoPE frequency), "
+                      f"got shape {factors.shape}")
+    return ("freq_factors", *factors.tolist())
+
+
 def _check_unsupported(f, a, get):
-    scaling = get(a + "rope.scaling.type", str, "none")
-    if scaling != "none" or get(a + "rope.scale_linear", float, 1.0) != 1.0:
-        fail(f.path, f"{a}rope.scaling.type {show(scaling)}: RoPE scaling is not supported")
     for key in ("attention.sliding_window", "expert_count"):
         if get(a + key, int, 0):
             fail(f.path, f"{a}{key} {f.metadata[a + key]}: not supported")

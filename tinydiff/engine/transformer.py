@@ -25,9 +25,29 @@ from .masks import BIDIRECTIONAL, CAUSAL
 
 
 def rope_inv_freq(cfg):
-    """RoPE's inverse frequencies, computed in float32 exactly as transformers does."""
-    exponent = np.arange(0, cfg.head_dim, 2, dtype=np.float32) / np.float32(cfg.head_dim)
-    return (np.float32(1.0) / np.float32(cfg.rope_theta) ** exponent).astype(np.float32)  # [hd/2]
+    """RoPE's inverse frequencies [hd/2], computed in float32 as transformers computes them
+    (modeling_rope_utils.py), with the config's scaling: linear divides every frequency by the
+    factor (positions stretched); llama3 divides only the low ones (wavelengths longer than the
+    original context / low_freq_factor), keeps the high ones (shorter than original context /
+    high_freq_factor) and blends the ones between; freq_factors (a GGUF's rope_freqs.weight) gives
+    each frequency's divisor."""
+    f32 = np.float32
+    exponent = np.arange(0, cfg.head_dim, 2, dtype=f32) / f32(cfg.head_dim)
+    inv_freq = (f32(1.0) / f32(cfg.rope_theta) ** exponent).astype(f32)
+    kind, *p = cfg.rope_scaling or ("default",)
+    if kind == "linear":
+        return (inv_freq / f32(p[0])).astype(f32)
+    if kind == "freq_factors":   # GGUF's llama3 scaling: the factor each frequency is divided by
+        return (inv_freq / np.array(p, f32)).astype(f32)
+    if kind == "llama3":
+        factor, low, high, context = (f32(v) for v in p)
+        wavelen = f32(2 * np.pi) / inv_freq
+        scaled = np.where(wavelen > context / low, inv_freq / factor, inv_freq)
+        smooth = (context / wavelen - low) / (high - low)
+        blended = (f32(1) - smooth) * scaled / factor + smooth * scaled
+        between = ~(wavelen < context / high) & ~(wavelen > context / low)
+        return np.where(between, blended, scaled).astype(f32)
+    return inv_freq
 
 
 class KVCache:

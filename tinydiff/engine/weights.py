@@ -117,10 +117,12 @@ def refuse_unused(cfg, ckpt, names=None):
              "gate_proj", "up_proj", "down_proj"]
     layer += ["q_bias", "k_bias", "v_bias"] * cfg.qkv_bias + ["o_bias"] * cfg.o_bias
     read = {names["embed_tokens"], names["norm"], names["lm_head"]}   # a tied lm_head: see the docstring
+    if cfg.rope_scaling[:1] == ("freq_factors",):
+        read.add("rope_freqs.weight")   # GGUF's llama3 scaling, read into the config (gguf_model.py)
     layers = min(cfg.num_hidden_layers, len(ckpt.names))   # beyond: load_weights reports the first missing
     read |= {names["layer"].format(i=i) + names[field] for i in range(layers) for field in layer}
     unused = [n for n in ckpt.names if n not in read and not n.endswith("rotary_emb.inv_freq")]
-    if unused:   # a layer beyond num_hidden_layers, rope_freqs.weight (Llama 3.1's RoPE scaling), a bias, ...
+    if unused:   # a layer beyond num_hidden_layers, a bias, ...
         fail(ckpt.path, f"tensor {show(unused[0])} is not part of a {cfg.model_type} model as tinydiff runs it"
                         f"{f' (nor are {len(unused) - 1} more)' if len(unused) > 1 else ''}: "
                         "does the config describe this checkpoint?")
