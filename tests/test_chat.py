@@ -106,9 +106,34 @@ def test_a_model_without_a_template_cannot_chat():
         Chat(model)
 
 
-def test_a_template_that_does_not_compile_is_a_model_error_naming_the_file(tmp_path):
+def test_a_template_that_does_not_compile_stops_a_chat_not_the_model(tmp_path):
+    model = tinydiff.load(with_template(tmp_path, "{% for m in messages %}"))
+    assert len(model.generate_ids([5, 6], 3, temperature=0)) == 3
     with pytest.raises(ModelError, match=r"tokenizer_config.json: the chat template does not compile \(line 1\)"):
-        tinydiff.load(with_template(tmp_path, "{% for m in messages %}"))
+        Chat(model)
+
+
+def test_a_new_turn_ends_an_answer_still_being_read(tmp_path):
+    model = tinydiff.load(with_template(tmp_path))
+    chat = Chat(model)
+    first = chat.send("Hello", 10, temperature=0)
+    said = next(first)
+    second = "".join(chat.send("Again", 6, temperature=0))
+    first.close()                             # too late to change anything
+    assert chat.messages == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": said},
+                             {"role": "user", "content": "Again"}, {"role": "assistant", "content": second}]
+    assert second == model.chat(chat.messages[:3], 6, temperature=0)
+
+
+def test_an_answer_stopped_before_its_first_piece_leaves_no_turn(tmp_path):
+    model = tinydiff.load(with_template(tmp_path))
+    chat = Chat(model, system="S")
+    chat.send("Hello", 10, temperature=0)     # never read
+    chat.reset()
+    assert chat.messages == [{"role": "system", "content": "S"}]
+    pieces = chat.send("Hello", 10, temperature=0)
+    pieces.close()
+    assert chat.messages == [{"role": "system", "content": "S"}]
 
 
 def test_the_template_travels_into_gguf(tmp_path):
@@ -119,6 +144,15 @@ def test_the_template_travels_into_gguf(tmp_path):
     messages = [{"role": "user", "content": "Hi"}]
     assert gguf.chat_template.source == CHATML
     assert gguf.chat_ids(messages) == hf.chat_ids(messages)
+
+
+def test_chat_refuses_mode_ar_on_a_diffusion_model(tmp_path):
+    from test_diffusion_models import write_llada
+    folder = tmp_path / "llada"
+    write_llada(os.path.join(HF, "llama-gqa"), str(folder), mask_token_id=2)
+    json.dump({"chat_template": CHATML}, open(folder / "tokenizer_config.json", "w"))
+    status, _, err = run("chat", "-m", str(folder), "--mode", "ar")
+    assert_one_line_error(status, err, 2, "is a masked-diffusion model", "--mode diffusion")
 
 
 def test_a_diffusion_model_answers_on_a_canvas_after_the_history(tmp_path):
@@ -147,8 +181,17 @@ def test_chat_answers_each_line_resets_and_survives_a_turn_that_fails(tmp_path):
     assert err.count("tinydiff: error:") == 1 and "exceed the context of 80 positions" in err
 
 
+def test_a_converted_gguf_keeps_every_eos_id_as_a_stop(tmp_path):
+    from tinydiff.convert import convert
+    folder = with_template(tmp_path, generation={"eos_token_id": [0, 5, 6]})
+    convert(folder, str(tmp_path / "m.gguf"), "f32")
+    assert tinydiff.load(str(tmp_path / "m.gguf")).stop_ids == tinydiff.load(folder).stop_ids >= {0, 5, 6}
+
+
 def test_chat_flags_are_checked(tmp_path):
     folder = with_template(tmp_path)
+    status, _, err = run("chat", "-m", folder, "-n", "0")
+    assert_one_line_error(status, err, 2, "-n/--n-predict must be >= 1")
     status, _, err = run("chat", "-m", os.path.join(HF, "llama-gqa"))
     assert_one_line_error(status, err, 2, "has no chat template")
     status, _, err = run("chat", "-m", folder, "--steps", "4")
@@ -189,8 +232,9 @@ def test_generation_config_sampling_is_the_default_and_a_flag_overrides_it(tmp_p
     assert greedy.generate_ids([5, 6, 7], 8, seed=1) == greedy.generate_ids([5, 6, 7], 8, seed=2) == want
     sampled = tinydiff.load(with_template(tmp_path, generation={"do_sample": True, "temperature": 0.6, "top_p": 0.9},
                                           name="sampled"))
-    assert dict(sampled.config.sampling_defaults) == {"temperature": 0.6, "top_k": 50, "top_p": 0.9,
-                                                      "min_p": 0.0, "repeat_penalty": 1.0}
+    assert dict(sampled.config.sampling_defaults) == {"temperature": 0.6, "top_k": 50, "top_p": 0.9, "min_p": 0.0}
+    penalised = tinydiff.load(with_template(tmp_path, generation={"repetition_penalty": 1.05}, name="penalised"))
+    assert dict(penalised.config.sampling_defaults) == {"repeat_penalty": 1.05, "repeat_last_n": 256}
     assert sampled.generate_ids([5, 6, 7], 8, temperature=0) == want
     status, out, _ = run("generate", "-m", os.path.join(tmp_path, "greedy"), "-p", "Hi", "-n", "6", "-s", "3",
                          "--no-display-prompt")
@@ -202,7 +246,9 @@ def test_generation_config_sampling_is_the_default_and_a_flag_overrides_it(tmp_p
 
 @pytest.mark.parametrize("generation, words", [
     ({"do_sample": "yes"}, "field 'do_sample' should be true or false"),
-    ({"do_sample": True, "temperature": "hot"}, "field 'temperature' should be a number"),
+    ({"do_sample": True, "temperature": "hot"}, "field 'temperature' should be a number a sampler takes"),
+    ({"do_sample": True, "top_p": 0}, "field 'top_p' should be a number a sampler takes, got 0"),
+    ({"repetition_penalty": -1}, "field 'repetition_penalty' should be a number a sampler takes"),
     ({"eos_token_id": 10 ** 6}, "field 'eos_token_id' is 1000000, outside the vocabulary"),
 ])
 def test_a_bad_generation_config_is_a_model_error_naming_the_field(tmp_path, generation, words):

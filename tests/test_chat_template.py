@@ -6,6 +6,7 @@ conversations (tests/fixtures/make_chat_reference.py).
 """
 import json
 import os
+import re
 
 import pytest
 
@@ -49,7 +50,6 @@ def test_a_jinja_file_wins_over_tokenizer_config_and_named_templates_use_default
     ({"chat_template": [{"name": "tool_use", "template": "T"}]}, "no 'default'"),
     ({"chat_template": 3}, "chat_template should be a string"),
     ({"chat_template": "x", "bos_token": 5}, "bos_token should be a string"),
-    ({"chat_template": "{{ messages"}, "does not compile"),
 ])
 def test_bad_template_files_are_model_errors(tmp_path, config, words):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
@@ -57,10 +57,30 @@ def test_bad_template_files_are_model_errors(tmp_path, config, words):
         load_chat_template(str(tmp_path))
 
 
-def test_the_sandbox_keeps_a_template_away_from_python():
-    t = ChatTemplate("{{ messages.__class__.__mro__[1].__subclasses__() }}")
-    with pytest.raises(UsageError, match="refuses this conversation"):
+@pytest.mark.parametrize("source, error, words", [
+    ("{{ messages.__class__.__mro__[1].__subclasses__() }}", ModelError, "the sandbox forbids"),
+    ("{{ 1 / 0 }}", ModelError, "the chat template fails: ZeroDivisionError"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", ModelError, "RecursionError"),
+    ("{{ raise_exception('Only user and assistant roles are supported!') }}", UsageError,
+     "refuses this conversation: Only user and assistant roles are supported!"),
+    ("{% for m in messages %}", ModelError, "does not compile (line 1)"),
+])
+def test_a_template_that_fails_is_one_line_naming_it(source, error, words):
+    t = ChatTemplate(source, where="t.jinja")
+    with pytest.raises(error, match=re.escape("t.jinja: ") + ".*" + re.escape(words)):
         t.render([{"role": "user", "content": "x"}])
+
+
+def test_transformers_generation_tag_renders_its_body():
+    t = ChatTemplate("{% for m in messages %}{% generation %}<{{ m.content }}>{% endgeneration %}{% endfor %}")
+    assert t.render([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]) == "<a><b>"
+
+
+def test_special_tokens_map_fills_what_tokenizer_config_leaves_out(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ bos_token }}{{ eos_token }}",
+                                                                "eos_token": "</s>"}))
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps({"bos_token": {"content": "<s>"}, "eos_token": "<e>"}))
+    assert load_chat_template(str(tmp_path)).render([{"role": "user", "content": "x"}]) == "<s></s>"
 
 
 def test_tojson_does_not_escape_html_as_transformers_does_not():

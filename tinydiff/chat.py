@@ -14,7 +14,9 @@ recomputes the canvas): each answer is a canvas of max_new_tokens masks after th
 
 A turn that fails its checks (a template that refuses the conversation, a conversation too long
 for the context) raises UsageError and leaves the conversation as it was; an answer cut short
-(the caller stops reading, Ctrl-C) is kept as far as it went, as llama.cpp's chat keeps it.
+(the caller stops reading, Ctrl-C) is kept as far as it went, as llama.cpp's chat keeps it, and
+one cut before its first piece leaves no turn. A new turn (or reset) ends an answer still being
+read: one State serves one turn at a time.
 """
 from .decoding.diffusion import to_the_end
 from .decoding.generate import decode_tokens, stream_text
@@ -22,24 +24,28 @@ from .decoding.sampling import SamplingParams
 from .errors import UsageError, is_integer
 
 PREFILL_ROWS = 512   # rows per prefill pass of a turn (llama.cpp's default micro-batch)
+DEFAULT_CTX = 4096   # positions a chat takes unless told (llama-cli's default -c): a Llama 3 model's
+                     # full 131072 would reserve 8.6 GB of f32 KV cache for a 1B model
 
 
 class Chat:
     """model: a tinydiff Model with a chat template; system: an optional system message; n_ctx:
-    the positions the conversation may take (default the model's context); variables: extra
-    template variables (date_string, ...)."""
+    the positions the conversation may take (default: the model's context, at most 4096);
+    variables: extra template variables (date_string, ...)."""
 
     def __init__(self, model, system=None, n_ctx=None, **variables):
         self.model, self.system, self.variables = model, system, variables
         limit = model.config.max_position_embeddings
         if n_ctx is not None and not (is_integer(n_ctx) and 1 <= n_ctx <= limit):
             raise UsageError(f"the chat's context must be an integer in 1..{limit} (the model's), got {n_ctx!r}")
-        self.n_ctx = n_ctx or limit
+        self.n_ctx = n_ctx or min(limit, DEFAULT_CTX)
+        self._turn = None
         self.reset()
-        model.render_chat(self.messages or [{"role": "user", "content": ""}])   # a model without a template fails here
+        model.render_chat(self.messages or [{"role": "user", "content": ""}], **variables)   # no template: fails here
 
     def reset(self):
         """Forgets the conversation (the system message stays) and the cache."""
+        self._end_turn()
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
         self.cached = []        # ids whose keys and values are in the State's cache, from position 0
         self.state = None       # made at the first autoregressive turn
@@ -51,6 +57,7 @@ class Chat:
         on_step (masked diffusion): called after every step, as Model.denoise_ids calls it. Every
         check is made here, before the first piece is asked for; self.ids is then the rendered
         conversation the answer follows."""
+        self._end_turn()   # an answer still being read ends here: two turns never share the cache
         if not is_integer(max_new_tokens) or max_new_tokens < 1:
             raise UsageError(f"the number of tokens to generate must be an integer >= 1, got {max_new_tokens!r}")
         messages = self.messages + [{"role": "user", "content": text}]
@@ -64,16 +71,26 @@ class Chat:
                 **{**dict(self.model.config.sampling_defaults), **options}))
         else:
             answer = self._denoise(ids, max_new_tokens, on_step, options)
-        return self._record(messages, answer)
+        self._turn = self._record(messages, answer)
+        return self._turn
+
+    def _end_turn(self):
+        if self._turn is not None:
+            self._turn.close()
+            self._turn = None
 
     def _record(self, messages, pieces):
+        """The answer's pieces; when they end, the turn joins the conversation, unless nothing
+        was said (an answer stopped before its first piece leaves no turn)."""
         said = []
         try:
             for piece in pieces:
                 said.append(piece)
                 yield piece
         finally:
-            self.messages = messages + [{"role": "assistant", "content": "".join(said)}]
+            if said:
+                self.messages = messages + [{"role": "assistant", "content": "".join(said)}]
+            self._turn = None
 
     def _generate(self, ids, max_new_tokens, params):
         model = self.model

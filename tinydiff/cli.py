@@ -29,8 +29,8 @@ def _add_model_args(p):
 def _add_sampling_args(p):
     p.add_argument("--temp", type=float, default=None,
                    help="temperature; 0 = greedy (default 0.8; masked diffusion: 0). Autoregressive: a model "
-                        "whose generation_config.json sets do_sample gives its own temperature, top-k, top-p, "
-                        "min-p and repetition penalty as defaults, as transformers uses them; a flag overrides each")
+                        "whose generation_config.json sets do_sample (or a repetition penalty) gives its own values "
+                        "as defaults (engine/config.py says how); a flag overrides each")
     p.add_argument("--top-k", type=int, default=None, help="top-k, 0 = off (default 40; masked diffusion: 0)")
     p.add_argument("--top-p", type=float, default=None, help="top-p, 1 = off (default 0.95; masked diffusion: 1)")
     p.add_argument("--min-p", type=float, default=None, help="min-p, 0 = off (default 0.05; autoregressive only)")
@@ -325,9 +325,15 @@ def cmd_chat(args):
     model = load_model(args)
     mode = args.mode or ("ar" if model.config.causal else "diffusion")
     _refuse_other_modes_flags(args, mode)
+    if mode == "ar" and not model.config.causal:
+        raise UsageError(f"{model.path} is a masked-diffusion model (bidirectional attention): chat with "
+                         "--mode diffusion")
+    if args.n_predict < 1:
+        raise UsageError(f"-n/--n-predict must be >= 1, got {args.n_predict}")
     if args.chat_template_file:
         model.chat_template = _template_file(args.chat_template_file, model)
     chat = Chat(model, system=args.system, n_ctx=args.ctx_size)
+    sys.stdin.reconfigure(errors="replace")   # a stray byte in what is typed is a character, not a crash
     if mode == "diffusion":
         model._mask()      # an autoregressive model named with --mode diffusion: refused before the loop
         options = {**diffusion_options(args), "temperature": _or(args.temp, 0.0), "seed": seed,
@@ -358,7 +364,7 @@ def _answer(chat, text, args, options):
         for piece in pieces:
             _write(piece)
         _write("\n")
-    except UsageError as e:
+    except TinydiffError as e:   # this turn's: the conversation goes on without it
         print(f"tinydiff: error: {e}", file=sys.stderr)
     except KeyboardInterrupt:
         _write("\n")
@@ -370,6 +376,7 @@ def _read_line(prompt):
         try:
             return input(prompt)
         except EOFError:
+            _write("\n")
             return None
     line = sys.stdin.readline()
     return line or None
@@ -382,8 +389,17 @@ def _template_file(path, model):
             source = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--chat-template-file {path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    tokens = model.chat_template.special_tokens if model.chat_template else {}
-    return ChatTemplate(source, tokens, path)
+    return ChatTemplate(source, model.chat_template.special_tokens if model.chat_template else
+                        _special_tokens_of(model), path)
+
+
+def _special_tokens_of(model):
+    """bos_token / eos_token for a template given on the command line to a model without one: the
+    tokenizer's text of the model's BOS and first EOS."""
+    tok, cfg = model.tokenizer, model.config
+    ids = {"bos_token": cfg.bos_token_id if cfg.bos_token_id is not None else tok.bos_id,
+           "eos_token": cfg.eos_token_ids[0] if cfg.eos_token_ids else tok.eos_id}
+    return {name: tok.id_to_token(i) for name, i in ids.items() if i is not None}
 
 
 def cmd_infill(args):
@@ -582,7 +598,8 @@ def cmd_info(args):
     print(f"layers {c.num_hidden_layers}, hidden {c.hidden_size}, heads {c.num_attention_heads} "
           f"(kv {c.num_key_value_heads}, head_dim {c.head_dim}), mlp {c.intermediate_size}, "
           f"vocab {c.vocab_size}, context {c.max_position_embeddings}")
-    scaling = f" ({c.rope_scaling[0]} scaling)" if c.rope_scaling else ""
+    kind = c.rope_scaling[0] if c.rope_scaling else None
+    scaling = f" ({'llama3 (rope_freqs)' if kind == 'freq_factors' else kind} scaling)" if kind else ""
     print(f"rope_theta {c.rope_theta:g}{scaling}, rms_norm_eps {c.rms_norm_eps:g}, "
           f"tied embeddings {c.tie_word_embeddings}, qkv bias {c.qkv_bias}")
     print(f"parameters:   {model.parameter_count():,}")
@@ -603,6 +620,10 @@ def main(argv=None):
         return e.exit_status
     except KeyboardInterrupt:
         return 130
+    except MemoryError as e:        # a KV cache or buffer the machine cannot give
+        print(f"tinydiff: error: out of memory{': ' + str(e) if str(e) else ''} (a smaller -c, -n or model?)",
+              file=sys.stderr)
+        return 1
     except BrokenPipeError:
         _quiet_stdout()
         return 0

@@ -20,7 +20,9 @@ def convert(src, out, wtype="f16"):
     vectors (norms, biases) in f32. A q8_0/q4_0 matrix whose rows are not whole 32-weight blocks is
     stored as f16, as llama.cpp's converter falls back. Returns the names of those tensors.
 
-    GGUF has one eos_token_id: a config.json listing several EOS ids keeps the first."""
+    GGUF has one eos_token_id: of several EOS ids (config.json's and generation_config.json's), the
+    first is it, and two more are kept as llama.cpp's eot_token_id / eom_token_id (_more_stops),
+    which load back into the stop set; a fourth would be lost."""
     from .engine.config import load_config
     from .engine.weights import refuse_unused
     from .formats.chat_template import load_chat_template
@@ -88,10 +90,21 @@ def _special_tokens(cfg, tok, where):
     eos = tok.suffix_ids[0] if tok.suffix_ids else (cfg.eos_token_ids or (tok.eos_id,))[0]
     k = "tokenizer.ggml."
     meta = {k + "add_bos_token": ("bool", bool(tok.prefix_ids)), k + "add_eos_token": ("bool", bool(tok.suffix_ids))}
-    for key, i in (("bos_token_id", bos), ("eos_token_id", eos), ("mask_token_id", cfg.mask_token_id)):
+    for key, i in (("bos_token_id", bos), ("eos_token_id", eos), ("mask_token_id", cfg.mask_token_id),
+                   *_more_stops(cfg, tok, eos)):
         if i is not None:
             meta[k + key] = ("uint32", i)
     return meta
+
+
+def _more_stops(cfg, tok, eos):
+    """The config's other EOS ids (Llama 3: <|eot_id|>, <|eom_id|> after <|end_of_text|>) as
+    llama.cpp's end-of-turn and end-of-message keys: <|eom_id|> as eom, the first other as eot,
+    then a second other as eom if no <|eom_id|> took it."""
+    others = [i for i in cfg.eos_token_ids if i != eos]
+    named = next((i for i in others if tok.id_to_token(i) == "<|eom_id|>"), None)
+    rest = [i for i in others if i != named] + [None, None]
+    return (("eot_token_id", rest[0]), ("eom_token_id", named if named is not None else rest[1]))
 
 
 def _rope_freqs(cfg):

@@ -369,10 +369,11 @@ class Model:
         return self._tokenizer().encode(self.render_chat(messages, add_generation_prompt, **variables),
                                         add_special_tokens=False)
 
-    def chat(self, messages, max_new_tokens=256, **options):
+    def chat(self, messages, max_new_tokens=256, variables=None, **options):
         """The assistant's answer to the conversation: generated (options: sampling) or, for a
-        masked-diffusion model, denoised on max_new_tokens positions (options: denoising)."""
-        ids = self.chat_ids(messages)
+        masked-diffusion model, denoised on max_new_tokens positions (options: denoising).
+        variables: extra template variables ({"date_string": "26 Jul 2024"}, ...)."""
+        ids = self.chat_ids(messages, **(variables or {}))
         if self.config.causal:
             return "".join(stream_text(self.tokenizer, self.generate_tokens(ids, max_new_tokens, **options),
                                        self.stop_ids, None))

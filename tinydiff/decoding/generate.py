@@ -1,8 +1,10 @@
-"""Autoregressive decoding: prefill the prompt in one pass, then one pass per new token.
+"""Autoregressive decoding: prefill the prompt, then one pass per new token.
 
 It runs a Transformer (engine/transformer.py) on a prompt model.py has checked. The run State (KV
-cache for prompt + max_new_tokens positions, buffers) is made once; each decode pass appends one
-position to the cache and reads all the earlier ones. Text comes out as the tokens arrive, decoded
+cache for prompt + max_new_tokens positions, buffers) is made once per call, and the prompt
+prefilled in one pass; a chat (chat.py) instead keeps one State across turns, its cache already
+holding the conversation's first ids, and prefills the rest in passes of its buffers' rows. Each
+decode pass appends one position to the cache and reads all the earlier ones. Text comes out as the tokens arrive, decoded
 incrementally so a character split across two tokens is emitted whole, and held back while it
 could still be the start of a stop string.
 """

@@ -4,7 +4,8 @@ The chain, in llama.cpp's order: repetition penalty -> top-k -> top-p -> min-p -
 draw. Temperature 0 is greedy: argmax after the penalty, no randomness at all. A draw is Gumbel-max,
 argmax(z / T + g) with g ~ Gumbel(0, 1) drawn in float64 for every row and candidate token, which
 is a draw from softmax(z / T) (LLaDA notes that low-precision Gumbel noise hurts quality). Top-p
-and min-p compare probabilities at temperature 1, as llama.cpp and transformers do.
+and min-p compare probabilities at temperature 1, as llama.cpp does (transformers applies the
+temperature first, so the same top_p keeps fewer tokens there when T < 1).
 
 Autoregressive decoding (generate.py) samples one row at a time through a Sampler, whose defaults
 are llama.cpp's (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty); masked

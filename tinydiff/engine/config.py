@@ -45,7 +45,8 @@ class Config:
     dtype: str = "float32"           # as stored, informational
     sampling_defaults: tuple = ()    # (name, value) pairs of SamplingParams from generation_config.json
     # () plain RoPE; ("linear", factor); ("llama3", factor, low_freq_factor, high_freq_factor,
-    # original_max_position_embeddings): Llama 3.1's frequency-dependent scaling (transformer.py)
+    # original_max_position_embeddings): Llama 3.1's frequency-dependent scaling; ("freq_factors",
+    # f0, f1, ...): the same as a GGUF stores it, a divisor per frequency (transformer.py)
     rope_scaling: tuple = ()
 
     @property
@@ -67,39 +68,49 @@ def load_config(path):
     return config_from_dict(raw, where=path)
 
 
-# generation_config.json's sampling fields, as transformers reads them, and the SamplingParams
-# field each sets; transformers' default for a field the file leaves out once it samples
-SAMPLING_FIELDS = {"temperature": ("temperature", 1.0), "top_k": ("top_k", 50), "top_p": ("top_p", 1.0),
-                   "min_p": ("min_p", 0.0), "repetition_penalty": ("repeat_penalty", 1.0)}
+# generation_config.json's sampling fields, as transformers reads them: the SamplingParams field
+# each sets, transformers' default once it samples, and the values it may take
+SAMPLING_FIELDS = {"temperature": ("temperature", 1.0, lambda v: v >= 0),
+                   "top_k": ("top_k", 50, lambda v: v >= 0 and v == int(v)),
+                   "top_p": ("top_p", 1.0, lambda v: 0 < v <= 1),
+                   "min_p": ("min_p", 0.0, lambda v: 0 <= v <= 1)}
 
 
 def with_generation_config(cfg, path):
     """cfg with generation_config.json's EOS ids added to its own and its sampling defaults.
 
     As transformers' generate reads the file: do_sample true samples with the file's temperature,
-    top_k, top_p, min_p, repetition_penalty (transformers' defaults for those it leaves out: 1.0,
-    50, 1.0, off, 1.0); do_sample false is greedy (temperature 0). A file that does not say
-    do_sample (most hold only token ids) leaves tinydiff's own defaults, llama.cpp's, in place."""
+    top_k, top_p, min_p (transformers' defaults for those it leaves out: 1.0, 50, 1.0, off);
+    do_sample false is greedy (temperature 0); repetition_penalty applies either way, to the
+    whole sequence as transformers applies it (repeat_last_n = the context). A file that does not
+    say do_sample (most hold only token ids) leaves tinydiff's own defaults, llama.cpp's, in place.
+    The sampler applies them in llama.cpp's order (sampling.py): temperature after top-k, top-p
+    and min-p, where transformers applies it first, so a file's top_p keeps more tokens here."""
     if not os.path.isfile(path):
         return cfg
     raw = _read_object(path)
     eos = cfg.eos_token_ids + tuple(i for i in _token_ids(raw, "eos_token_id", path) if i not in cfg.eos_token_ids)
-    sampling = {}
     do_sample = raw.get("do_sample")
     if do_sample is not None and not isinstance(do_sample, bool):
         raise ModelError(f"{path}: field 'do_sample' should be true or false, got {_quote(do_sample)}")
-    if do_sample is False:
-        sampling = {"temperature": 0.0}
-    elif do_sample:
-        for key, (ours, default) in SAMPLING_FIELDS.items():
-            value = raw.get(key)
-            value = default if value is None else value
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ModelError(f"{path}: field '{key}' should be a number, got {_quote(value)}")
-            sampling[ours] = int(value) if ours == "top_k" else float(value)
+    sampling = {"temperature": 0.0} if do_sample is False else {}
+    for key, (ours, default, ok) in SAMPLING_FIELDS.items() if do_sample else ():
+        sampling[ours] = _sampling_value(raw, key, default, ok, path)
+    if raw.get("repetition_penalty") is not None:
+        sampling["repeat_penalty"] = _sampling_value(raw, "repetition_penalty", 1.0, lambda v: v > 0, path)
+        sampling["repeat_last_n"] = cfg.max_position_embeddings
+    sampling = {k: int(v) if k == "top_k" else v for k, v in sampling.items()}
     cfg = dataclasses.replace(cfg, eos_token_ids=eos, sampling_defaults=tuple(sampling.items()))
     _check_token_ids(cfg, path)
     return cfg
+
+
+def _sampling_value(raw, key, default, ok, path):
+    value = raw.get(key)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+        raise ModelError(f"{path}: field '{key}' should be a number a sampler takes, got {_quote(value)}")
+    return float(value)
 
 
 def _read_object(path):

@@ -26,35 +26,52 @@ from datetime import datetime
 
 import jinja2
 import jinja2.ext
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import ModelError, UsageError
 from .files import show
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "user", "assistant", "tool", "ipython")   # ipython: Llama 3's tool results
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
 class ChatTemplate:
-    """source: the template's text; special_tokens: {"bos_token": "<s>", ...}; where: the file, for messages."""
+    """source: the template's text; special_tokens: {"bos_token": "<s>", ...}; where: the file, for
+    messages. Compiled at the first render, so a broken template stops a chat, never a model's
+    loading for generate or info."""
 
     def __init__(self, source, special_tokens=None, where="chat template"):
         self.source, self.where = source, where
         self.special_tokens = dict(special_tokens or {})
-        self._template = _compile(source, where)
+        self._template = None
 
     def render(self, messages, add_generation_prompt=True, **variables):
         """The conversation as text, ending with the assistant's header if add_generation_prompt."""
         check_messages(messages)
+        self._template = self._template or _compile(self.source, self.where)
         try:
             return self._template.render(messages=[dict(m) for m in messages], tools=None, documents=None,
                                          add_generation_prompt=add_generation_prompt,
                                          **{**self.special_tokens, **variables})
-        except jinja2.TemplateError as e:
+        except SecurityError as e:
+            raise ModelError(f"{self.where}: the chat template reaches for what the sandbox forbids: "
+                             f"{show(str(e))}") from None
+        except jinja2.TemplateError as e:   # raise_exception(...), an undefined name used
             raise UsageError(f"{self.where}: the chat template refuses this conversation: {show(str(e))}") from None
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-            raise UsageError(f"{self.where}: the chat template fails on this conversation: "
-                             f"{type(e).__name__}: {show(str(e))}") from None
+        except Exception as e:   # the template's own bug (1/0, endless recursion, ...): a bad file
+            raise ModelError(f"{self.where}: the chat template fails: {type(e).__name__}: {show(str(e))}") from None
+
+
+class GenerationTag(jinja2.ext.Extension):
+    """transformers' {% generation %} ... {% endgeneration %} (it marks the assistant's tokens for
+    training masks); rendering, it is its body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.Scope(body).set_lineno(lineno)
 
 
 def check_messages(messages):
@@ -76,7 +93,8 @@ def _compile(source, where):
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols, GenerationTag])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -87,13 +105,20 @@ def _compile(source, where):
 
 
 def load_chat_template(folder):
-    """The folder's ChatTemplate (chat_template.jinja, else tokenizer_config.json's), or None."""
+    """The folder's ChatTemplate (chat_template.jinja, else tokenizer_config.json's), or None.
+    Its special tokens: tokenizer_config.json's, else special_tokens_map.json's (older repos)."""
     config_path = os.path.join(folder, "tokenizer_config.json")
     config = _read_json(config_path) if os.path.isfile(config_path) else {}
+    map_path = os.path.join(folder, "special_tokens_map.json")
+    tokens = {**(special_tokens(_read_json(map_path), map_path) if os.path.isfile(map_path) else {}),
+              **special_tokens(config, config_path)}
     jinja_path = os.path.join(folder, "chat_template.jinja")
     if os.path.isfile(jinja_path):
-        with open(jinja_path, encoding="utf-8") as f:
-            return ChatTemplate(f.read(), special_tokens(config, config_path), jinja_path)
+        try:
+            with open(jinja_path, encoding="utf-8") as f:
+                return ChatTemplate(f.read(), tokens, jinja_path)
+        except (OSError, UnicodeDecodeError) as e:
+            raise ModelError(f"{jinja_path}: cannot be read: {show(str(e))}") from None
     source = config.get("chat_template")
     if source is None:
         return None
@@ -104,7 +129,7 @@ def load_chat_template(folder):
         source = named["default"]
     if not isinstance(source, str):
         raise ModelError(f"{config_path}: chat_template should be a string, got {type(source).__name__}")
-    return ChatTemplate(source, special_tokens(config, config_path), config_path)
+    return ChatTemplate(source, tokens, config_path)
 
 
 def special_tokens(config, where):
