@@ -254,3 +254,40 @@ def test_generation_config_sampling_is_the_default_and_a_flag_overrides_it(tmp_p
 def test_a_bad_generation_config_is_a_model_error_naming_the_field(tmp_path, generation, words):
     with pytest.raises(ModelError, match=r"generation_config.json: " + words):
         tinydiff.load(with_template(tmp_path, generation=generation))
+
+
+def test_ctrl_c_stops_the_answer_and_keeps_it_and_the_chat_goes_on(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from tinydiff import cli
+    model = tinydiff.load(with_template(tmp_path))
+    chat = Chat(model)
+    generate = chat._generate
+
+    def interrupted(*args):          # the answer's first two pieces, then Ctrl-C
+        pieces = generate(*args)
+        yield next(pieces)
+        yield next(pieces)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(chat, "_generate", interrupted)
+    cli._answer(chat, "Hello", argparse.Namespace(n_predict=10, visual=False), {"temperature": 0})
+    said = capsys.readouterr().out
+    assert said.endswith("\n") and chat.messages[-1] == {"role": "assistant", "content": said[:-1]}
+    monkeypatch.undo()
+    cli._answer(chat, "Go on", argparse.Namespace(n_predict=5, visual=False), {"temperature": 0})
+    assert capsys.readouterr().out == model.chat(chat.messages[:-1], 5, temperature=0) + "\n"
+
+
+def test_chat_with_a_diffusion_model_and_visual_prints_each_answer(tmp_path):
+    from test_diffusion_models import write_llada
+    folder = tmp_path / "llada"
+    write_llada(os.path.join(HF, "llama-gqa"), str(folder), mask_token_id=2)
+    json.dump({"chat_template": CHATML}, open(folder / "tokenizer_config.json", "w"))
+    model = tinydiff.load(str(folder))
+    first = model.chat([{"role": "user", "content": "Hi"}], 8, steps=4)
+    second = model.chat([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": first},
+                         {"role": "user", "content": "More"}], 8, steps=4)
+    status, out, err = run("chat", "-m", str(folder), "-n", "8", "--steps", "4", "--visual", stdin=b"Hi\nMore\n")
+    assert status == 0, err
+    assert out == first + "\n" + second + "\n"
