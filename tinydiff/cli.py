@@ -124,6 +124,9 @@ def build_parser():
     b.add_argument("--type", default=None,
                    help="weight types to run each model in, quantized in memory, e.g. f32,q8_0,q4_0 "
                         "(default: as loaded); the t/s of each type is also given as a ratio to the first")
+    b.add_argument("--npl", default=None, metavar="B1,B2,...",
+                   help="sequences decoded as one batch in the tg tests, as llama-batched-bench's -npl "
+                        "(e.g. 1,2,4,8,16; tg alone always runs too)")
     b.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions of each test (default 3)")
     b.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     b.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -412,6 +415,7 @@ def cmd_bench(args):
     from .measure.bench import (
         HEADER,
         as_json,
+        batch_ratios,
         bench,
         block_ratios,
         parse_test,
@@ -452,7 +456,7 @@ def cmd_bench(args):
     if args.json:
         print(as_json(results))
         return
-    for lines in (weight_bandwidth(results, roofline), block_ratios(results),
+    for lines in (weight_bandwidth(results, roofline), batch_ratios(results, roofline), block_ratios(results),
                   type_ratios(results, types) if len(types) > 1 else ""):
         if lines:
             print("\n" + lines)
@@ -462,9 +466,24 @@ def _bench_tests(args, n_ctx):
     """The test specs: the ones asked for, else llama-bench's defaults (pp512, tg128, and dd256x4,
     bd128x8x2) made to fit a context of n_ctx positions (None: as they are)."""
     fit = (lambda n: n) if n_ctx is None else (lambda n: min(n, n_ctx - 1))   # tg and bd read one more
-    return ([f"pp{n}" for n in args.n_prompt or [fit(512)]] + [f"tg{n}" for n in args.n_gen or [fit(128)]]
+    batches = sorted({1, *_npl(args.npl)})
+    return ([f"pp{n}" for n in args.n_prompt or [fit(512)]]
+            + [f"tg{n}" if b == 1 else f"tg{n}x{b}" for n in args.n_gen or [fit(128)] for b in batches]
             + [f"dd{d}" for d in args.diffusion or [f"{fit(256)}x4"]]
             + [f"bd{b}" for b in args.block_diffusion or [f"{fit(128) // 8 * 8}x8x2"]])
+
+
+def _npl(text):
+    """--npl 1,2,4,8: the batch sizes, each >= 1."""
+    if text is None:
+        return []
+    try:
+        sizes = [int(v) for v in text.split(",")]
+    except ValueError:
+        sizes = [0]
+    if not sizes or min(sizes) < 1:
+        raise UsageError(f"bench: --npl takes batch sizes >= 1 separated by commas, got '{text}'")
+    return sizes
 
 
 def _weight_types(text, command="cost"):

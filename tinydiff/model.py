@@ -16,7 +16,7 @@ import numpy as np
 
 from .decoding import diffusion
 from .decoding.diffusion import Options
-from .decoding.generate import decode_tokens, stream_text
+from .decoding.generate import decode_batch, decode_tokens, stream_text
 from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
@@ -96,6 +96,21 @@ def load(path, threads=None):
         raise ModelError(f"{path}: tokenizer.json has {tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {config.vocab_size}")
     return Model(config, weights, tokenizer, path, stored_bytes(ckpt), threads, load_chat_template(path))
+
+
+def _is_batch(ids):
+    """A list of prompts (each a sequence of ids), not one prompt."""
+    return (isinstance(ids, (list, tuple)) and len(ids) > 0
+            and all(isinstance(p, (list, tuple, np.ndarray)) for p in ids))
+
+
+def _per_prompt(value, n, name):
+    """One value per prompt of a batch of n: a list of n as it is, anything else n times."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise UsageError(f"{name}: {len(value)} values for {n} prompts (give one, or one per prompt)")
+        return list(value)
+    return [value] * n
 
 
 def stored_bytes(ckpt):
@@ -284,8 +299,27 @@ class Model:
         return decode_tokens(self.transformer, ids, max_new_tokens, params, self.stop_ids, timings)
 
     def generate_ids(self, ids, max_new_tokens=128, **sampling):
-        """The new ids only (ending with EOS if the model produced it, as transformers does)."""
-        return list(self.generate_tokens(ids, max_new_tokens, **sampling))
+        """The new ids only (ending with EOS if the model produced it, as transformers does).
+
+        ids may be a list of prompts (each a list of ids): they are decoded as one batch, one pass
+        a step for all (decoding.generate.decode_batch), and the result is a list of new ids per
+        prompt, equal to running each alone. max_new_tokens and every sampling option may then be
+        one value for all or a list with one per prompt (seed=[1, 2, 3])."""
+        if not _is_batch(ids):
+            return list(self.generate_tokens(ids, max_new_tokens, **sampling))
+        if not self.config.causal:
+            self.generate_tokens(ids[0], 1)                               # the error for a diffusion model
+        n = len(ids)
+        steps = _per_prompt(max_new_tokens, n, "max_new_tokens")
+        truncate = sampling.pop("truncate", False)
+        prompts = [self._fit_prompt(self._ids(p).tolist(), m, truncate) for p, m in zip(ids, steps)]
+        options = {name: _per_prompt(value, n, name) for name, value in sampling.items()}
+        params = [SamplingParams.of(**{**dict(self.config.sampling_defaults), **{k: v[i] for k, v in options.items()}})
+                  for i in range(n)]
+        new = [[] for _ in prompts]
+        for i, token in decode_batch(self.transformer, prompts, steps, params, self.stop_ids):
+            new[i].append(token)
+        return new
 
     def stream(self, prompt, max_new_tokens=128, stop=None, **sampling):
         """Yields the completion as text pieces while it is generated. stop: a string or a list of
@@ -297,8 +331,13 @@ class Model:
         return stream_text(self.tokenizer, tokens, self.stop_ids, stop)
 
     def generate(self, prompt, max_new_tokens=128, stop=None, **sampling):
-        """The completion only, without the prompt, cut before any stop string."""
-        return "".join(self.stream(prompt, max_new_tokens, stop, **sampling))
+        """The completion only, without the prompt, cut before any stop string. A list of prompts
+        is decoded as one batch (generate_ids) and gives a list of completions."""
+        if not (isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt)):
+            return "".join(self.stream(prompt, max_new_tokens, stop, **sampling))
+        stop = [stop] if isinstance(stop, str) else stop
+        new = self.generate_ids([self.encode_prompt(p) for p in prompt], max_new_tokens, **sampling)
+        return ["".join(stream_text(self.tokenizer, ids, self.stop_ids, stop)) for ids in new]
 
     # -- masked diffusion (tinydiff/decoding/diffusion.py has the options and what they mean) ---------------
 

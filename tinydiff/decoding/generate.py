@@ -64,6 +64,32 @@ def decode_tokens(transformer, ids, max_new_tokens, params, stop_ids, timings=No
         timings.gen_s += time.perf_counter() - t0
 
 
+def decode_batch(transformer, prompts, max_new_tokens, params, stop_ids):
+    """Yields (i, token): the new tokens of several prompts decoded together, prompt i with
+    max_new_tokens[i] and params[i] (its own sampler and seed). Each prompt is prefilled on its
+    own (a prefill is compute-bound: batching prompts saves nothing there); then each step is one
+    pass for every sequence still running, each at its own position, so the weights are read once
+    a step for all of them. A sequence leaves the batch at a stop id or its last token."""
+    samplers = [Sampler(p) for p in params]
+    history = [list(p) for p in prompts]
+    state = transformer.state(max(len(p) + m for p, m in zip(prompts, max_new_tokens)), batch=len(prompts),
+                              rows=max(len(prompts), *map(len, prompts)))
+    logits = [transformer.forward(np.asarray([p]), state, 0, last_only=True, slots=[i])[0]   # [V] each
+              for i, p in enumerate(prompts)]
+    running = range(len(prompts))
+    while True:
+        for i, row in zip(running, logits):
+            history[i].append(samplers[i](row, history[i]))
+            yield i, history[i][-1]
+        running = [i for i in running if history[i][-1] not in stop_ids
+                   and len(history[i]) - len(prompts[i]) < max_new_tokens[i]]
+        if not running:
+            return
+        ids = np.array([[history[i][-1]] for i in running])             # [B', 1] the newest token of each
+        logits = transformer.forward(ids, state, [len(history[i]) - 1 for i in running], last_only=True,
+                                     slots=running)                     # [B', V]
+
+
 def prefill(transformer, ids, state, start):
     """Runs ids at positions start.. into the cache, in passes of as many rows as the State's
     buffers hold (one pass for a prompt State sized to it); the last position's logits [1, V]."""

@@ -104,29 +104,35 @@ class Transformer:
         """A run State: n_ctx cache slots per sequence, passes of up to `rows` rows (default all)."""
         return State(self, n_ctx, batch, batch * n_ctx if rows is None else rows)
 
-    def forward(self, ids, state, start, kv_len=None, mask=CAUSAL, last_only=False):
+    def forward(self, ids, state, start, kv_len=None, mask=CAUSAL, last_only=False, slots=None):
         """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
 
         Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
         (default: up to the last new position) under mask (masks.py). Autoregressive decoding
         appends (start = positions so far); a diffusion step with a cache recomputes a span of the
         canvas and reads the cached rest. Returns logits [B*n, V], or [B, V] for each sequence's last
-        position (the same for one position)."""
+        position (the same for one position).
+
+        Batched decoding: start may give each sequence its own first position ([B] ints), and slots
+        the State's sequence each row of ids is (default 0..B-1), so sequences of different
+        lengths, any subset of the State's, share one pass: the weights are read once for all."""
         if state.owner is not self:
             raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
         with self.pool:
             run = state.decode
-            if run is not None and ids.shape[1] <= min(run.rows, K.MAX_LAYER_ROWS):
+            if run is not None and slots is None and np.ndim(start) == 0 and ids.shape[1] <= min(run.rows, K.MAX_LAYER_ROWS):
                 return self.decode(ids[0], state, start, kv_len, mask, last_only)   # the loop below, in C
-            return self.layers(ids, state, start, kv_len, mask, last_only)
+            return self.layers(ids, state, start, kv_len, mask, last_only, slots)
 
-    def layers(self, ids, state, start, kv_len, mask, last_only):
+    def layers(self, ids, state, start, kv_len, mask, last_only, slots=None):
         """forward's pass, kernel by kernel: the readable definition."""
         cfg, w, cache, buf = self.config, self.weights, state.cache, state.buf
         B, n = ids.shape
-        kv_len = start + n if kv_len is None else kv_len
+        starts = np.broadcast_to(np.asarray(start, np.int64), (B,))      # [B] each sequence's first position
+        kv_lens = starts + n if kv_len is None else np.broadcast_to(np.asarray(kv_len, np.int64), (B,))  # [B]
+        slots = range(B) if slots is None else slots                     # [B] the cache sequence of each
         H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
-        pos = np.tile(np.arange(start, start + n, dtype=np.int64), B)     # [Bn] positions, for RoPE
+        pos = (starts[:, None] + np.arange(n)).reshape(-1)              # [Bn] positions, for RoPE
         x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
         att, gate, up = buf.att[:B * n], buf.gate[:B * n], buf.up[:B * n]
         ledger.begin_pass(tokens=B * n)
@@ -141,14 +147,14 @@ class Transformer:
                 K.add_bias(k, lw.k_bias, op="matmul")
                 K.add_bias(v, lw.v_bias, op="matmul")
             K.rope_qk(q.reshape(B * n, H, hd), k.reshape(B * n, KVH, hd), pos, self.inv_freq, op="rope")
-            K.store(cache.k[l, :, start:start + n], k.reshape(B, n, -1))  # [B, n, KVH*hd] into the cache
-            K.store(cache.v[l, :, start:start + n], v.reshape(B, n, -1))
-            for b in range(B):
+            for b, (slot, s, t) in enumerate(zip(slots, starts, kv_lens)):
                 rows = slice(b * n, (b + 1) * n)
+                K.store(cache.k[l, slot, s:s + n], k[rows])             # [n, KVH*hd] into the cache
+                K.store(cache.v[l, slot, s:s + n], v[rows])
                 K.attention(q[rows].reshape(n, H, hd),
-                            cache.k[l, b, :kv_len].reshape(kv_len, KVH, hd),  # [t, KVH, hd]
-                            cache.v[l, b, :kv_len].reshape(kv_len, KVH, hd),
-                            out=att[rows].reshape(n, H, hd), mask=mask, q_pos0=start,
+                            cache.k[l, slot, :t].reshape(t, KVH, hd),   # [t, KVH, hd]
+                            cache.v[l, slot, :t].reshape(t, KVH, hd),
+                            out=att[rows].reshape(n, H, hd), mask=mask, q_pos0=s,
                             op="attention")                             # [n, H, hd]
             K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True) # x += [Bn, d]
             if lw.o_bias is not None:

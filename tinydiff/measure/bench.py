@@ -2,6 +2,8 @@
 
     pp N     prompt processing: one causal pass over N positions
     tg N     text generation: N decode passes, one token each, after a one-token prompt
+    tg NxB   the same for B sequences decoded as one batch (llama-batched-bench's -npl B): N passes
+             of B rows, B x N tokens; its t/s against tg N's is what batching buys
     dd LxS   diffusion: S bidirectional passes over a canvas of L positions (S steps make L tokens)
     bd NxBxS block diffusion: N tokens after a one-token prompt, B at a time, S steps a block, each
              step committing B/S of them (a fixed schedule: with random weights no rule of
@@ -61,12 +63,17 @@ HEADER = ("| model                |   params | threads |      test |            
 
 
 def parse_test(spec):
-    """'pp512' / 'tg128' / 'dd256x8' / 'bd128x8x2' -> (kind, n, steps, block): steps a block for bd,
-    in all for dd, 1 for pp and tg; block 0 but for bd."""
+    """'pp512' / 'tg128' / 'tg128x8' / 'dd256x8' / 'bd128x8x2' -> (kind, n, steps, block): steps a
+    block for bd, in all for dd, 1 for pp and tg; block: B for bd, the sequences for tg, else 0 (tg:
+    1 when not given)."""
     kind, rest = spec[:2], spec[2:]
     try:
-        if kind in ("pp", "tg") and int(rest) > 0:
-            return kind, int(rest), 1, 0
+        if kind in ("pp", "tg") and rest.isdigit() and int(rest) > 0:
+            return kind, int(rest), 1, int(kind == "tg")
+        if kind == "tg":
+            N, B = (int(v) for v in rest.lower().split("x"))
+            if N > 0 and B > 0:
+                return kind, N, 1, B
         if kind == "dd":
             L, S = (int(v) for v in rest.lower().split("x"))
             if L > 0 and S > 0:
@@ -77,8 +84,8 @@ def parse_test(spec):
                 return kind, N, S, B
     except ValueError:
         pass
-    raise UsageError(f"bench: test '{spec}' should look like pp512, tg128, dd256x8 or bd128x8x2 (N tokens in "
-                     f"blocks of B, S <= B steps a block, N a multiple of B)")
+    raise UsageError(f"bench: test '{spec}' should look like pp512, tg128, tg128x8 (8 sequences), dd256x8 or "
+                     f"bd128x8x2 (N tokens in blocks of B, S <= B steps a block, N a multiple of B)")
 
 
 def prepare(model, kind, n, steps, block, rng):
@@ -86,8 +93,9 @@ def prepare(model, kind, n, steps, block, rng):
     cfg = model.config
     if n + (kind in ("tg", "bd")) > cfg.max_position_embeddings:
         raise UsageError(f"bench: {kind}{n} exceeds the model's context of {cfg.max_position_embeddings}")
-    ids = rng.integers(0, cfg.vocab_size, size=(1, n + 1))
-    forward, state = model.transformer.forward, model.transformer.state(n + 1)
+    seqs = block if kind == "tg" else 1
+    ids = rng.integers(0, cfg.vocab_size, size=(seqs, n + 1))
+    forward, state = model.transformer.forward, model.transformer.state(n + 1, batch=seqs)
 
     def pp():
         forward(ids[:, :n], state, 0, last_only=True)
@@ -95,8 +103,8 @@ def prepare(model, kind, n, steps, block, rng):
 
     def tg():
         for i in range(1, n + 1):
-            forward(ids[:, i:i + 1], state, i, last_only=True)
-        return n
+            forward(ids[:, i:i + 1], state, i, last_only=True)         # [seqs, 1]: one token of each
+        return n * seqs
 
     def dd():
         for _ in range(steps):
@@ -176,11 +184,32 @@ def weight_bandwidth(results, roofline):
     return "\n".join(rows)
 
 
+def batch_ratios(results, roofline=None):
+    """For each batched decode test: its t/s against the same model's single-sequence tg of as many
+    steps, the weight bytes a token (falling as 1/B: a pass reads the weights once for all rows),
+    and its FLOP per byte against the machine's balance (above it, decoding is compute-bound)."""
+    rows, one = [], {(r.model, parse_test(r.test)[1]): r for r in results if parse_test(r.test)[:1] == ("tg",)
+                     and parse_test(r.test)[3] == 1}
+    for r in results:
+        kind, n, _, seqs = parse_test(r.test)
+        if kind == "tg" and seqs > 1 and (r.model, n) in one:
+            base = one[r.model, n]
+            speedup = statistics.mean(r.tokens_per_s) / statistics.mean(base.tokens_per_s)
+            bound = ""
+            if roofline is not None and roofline.mem_gbs and roofline.peak_gflops:
+                balance = roofline.peak_gflops / roofline.mem_gbs
+                bound = f", {r.flops / r.bytes:.1f} FLOP/B ({'compute' if r.flops / r.bytes > balance else 'memory'}-bound)"
+            rows.append(f"{r.model} {r.test}: {speedup:.2f}x tg{n}'s t/s; weights {r.weight_bytes / r.tokens / 1e6:.2f} MB "
+                        f"a token (tg{n}: {base.weight_bytes / base.tokens / 1e6:.2f}){bound}")
+    return "\n".join(rows)
+
+
 def block_ratios(results):
     """For each bd test: its tokens a step and a pass (passes as the ledger counted them: the prompt,
     the steps, a clean pass a block but the last), and its t/s against the same model's tg test of
     as many tokens (ms per token, block diffusion against AR decoding)."""
-    rows, tg = [], {(r.model, r.tokens): statistics.mean(r.tokens_per_s) for r in results if r.test.startswith("tg")}
+    rows, tg = [], {(r.model, r.tokens): statistics.mean(r.tokens_per_s) for r in results
+                    if r.test.startswith("tg") and "x" not in r.test}
     for r in results:
         if r.test.startswith("bd") and (r.model, r.tokens) in tg:
             _, n, steps, block = parse_test(r.test)
