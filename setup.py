@@ -31,7 +31,8 @@ setup(
     setup_requires=["cffi>=1.15"],
     cffi_modules=["csrc/build_ffi.py:ffi"],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        "serve": ["starlette>=0.40", "uvicorn>=0.30"],
+        "test": ["pytest", "hypothesis", "starlette>=0.40", "uvicorn>=0.30", "httpx", "openai"],
         "train": ["torch==2.13.0"],
         "reference": ["torch==2.13.0", "transformers", "tokenizers"],
     },

@@ -102,6 +102,16 @@ def build_parser():
     _add_diffusion_args(c)
     c.set_defaults(run=cmd_chat)
 
+    v = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (needs the [serve] extra)")
+    _add_model_args(v)
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    v.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    v.add_argument("--slots", type=int, default=4, help="requests decoded at once (default 4)")
+    v.add_argument("-c", "--ctx-size", type=int, default=None,
+                   help="positions per request, prompt and answer (default: the model's context, at most 4096)")
+    v.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    v.set_defaults(run=cmd_serve)
+
     f = sub.add_parser("infill", help="fill the [MASK] / [MASK*N] holes of a text (masked-diffusion models)")
     _add_model_args(f)
     f.add_argument("-p", "--prompt", required=True, help='text with holes, e.g. "The [MASK*3] sat on the mat."')
@@ -403,6 +413,24 @@ def _special_tokens_of(model):
     ids = {"bos_token": cfg.bos_token_id if cfg.bos_token_id is not None else tok.bos_id,
            "eos_token": cfg.eos_token_ids[0] if cfg.eos_token_ids else tok.eos_id}
     return {name: tok.id_to_token(i) for name, i in ids.items() if i is not None}
+
+
+def cmd_serve(args):
+    try:
+        from .serve.server import serve
+    except ImportError as e:
+        raise UsageError(f"tinydiff serve needs the [serve] extra (pip install 'tinydiff[serve]'): {e}") from None
+    if args.slots < 1:
+        raise UsageError(f"--slots must be >= 1, got {args.slots}")
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be in 1..65535, got {args.port}")
+    model = load_model(args)
+    limit = model.config.max_position_embeddings
+    if args.ctx_size is not None and not 1 <= args.ctx_size <= limit:
+        raise UsageError(f"-c/--ctx-size must be in 1..{limit} (the model's context), got {args.ctx_size}")
+    name = os.path.basename(os.path.normpath(model.path))
+    print(f"tinydiff serve: {name} on http://{args.host}:{args.port}/v1 ({args.slots} slots)", file=sys.stderr, flush=True)
+    serve(model, name, args.host, args.port, args.slots, args.ctx_size, args.api_key)
 
 
 def cmd_infill(args):

@@ -99,8 +99,9 @@ def prefill(transformer, ids, state, start):
     return logits
 
 
-def stream_text(tokenizer, tokens, stop_ids, stop_strings):
-    """Turns a token stream into text pieces; stops at a stop id or before a stop string."""
+def stream_text(tokenizer, tokens, stop_ids, stop_strings, on_stop=None):
+    """Turns a token stream into text pieces; stops at a stop id or before a stop string (and
+    then calls on_stop(), if given: a server reports finish_reason "stop")."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     stops = [s for s in (stop_strings or []) if s]
     pending = ""                                        # text not yet emitted
@@ -114,11 +115,13 @@ def stream_text(tokenizer, tokens, stop_ids, stop_strings):
         if piece:
             yield piece
         if stopped:
-            return
+            return on_stop and on_stop()
     pending += decoder.decode(b"", final=True)
-    piece, _, _ = _split_at_stop(pending, stops, final=True)
+    piece, _, stopped = _split_at_stop(pending, stops, final=True)
     if piece:
         yield piece
+    if stopped and on_stop:
+        on_stop()
 
 
 def cut_at_stop(text, stop_strings):

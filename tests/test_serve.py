@@ -1,0 +1,238 @@
+"""Serving: continuous batching equal to running alone, and `tinydiff serve` answering real clients."""
+import concurrent.futures
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import tinydiff
+from tinydiff.decoding.sampling import SamplingParams
+from tinydiff.serve.scheduler import Busy, Scheduler
+
+starlette = pytest.importorskip("starlette")
+from starlette.testclient import TestClient  # noqa: E402
+
+from tinydiff.serve.server import make_app  # noqa: E402
+
+HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [3], [40, 41], [7] * 9, [100, 3, 5], [60], [61, 62]]
+
+
+def greedy(n=10):
+    return SamplingParams(temperature=0)
+
+
+# -- the scheduler ---------------------------------------------------------------------------------
+
+def test_more_requests_than_slots_each_get_what_they_get_alone():
+    model = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    scheduler = Scheduler(model, slots=3)
+    steps = [10, 3, 12, 7, 5, 9, 1, 11]
+    seqs = [scheduler.submit(p, n, SamplingParams(temperature=0.9, top_k=0, seed=i))
+            for i, (p, n) in enumerate(zip(PROMPTS, steps))]
+    got = [list(s) for s in seqs]
+    assert got == [model.generate_ids(p, n, temperature=0.9, top_k=0, seed=i)
+                   for i, (p, n) in enumerate(zip(PROMPTS, steps))]
+    assert all(s.finish_reason in ("stop", "length") for s in seqs)
+    assert sorted(scheduler.free) == [0, 1, 2] and not scheduler.running
+
+
+def test_a_cancelled_request_frees_its_slot_for_the_next():
+    model = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    scheduler = Scheduler(model, slots=1, n_ctx=256)
+    long = scheduler.submit([5, 6], 200, greedy())
+    it = iter(long)
+    next(it)
+    waiting = scheduler.submit([7, 8], 4, greedy())
+    long.cancel()
+    assert list(waiting) == model.generate_ids([7, 8], 4, temperature=0)
+    assert long.finish_reason == "cancelled" and len(long.new) < 200
+
+
+def test_a_full_queue_is_busy():
+    model = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    scheduler = Scheduler(model, slots=1, n_ctx=256, queue=1)
+    first = scheduler.submit([5, 6], 200, greedy())
+    next(iter(first))                        # running in the slot
+    scheduler.submit([7], 3, greedy())       # waits
+    with pytest.raises(Busy):
+        scheduler.submit([8], 3, greedy())
+    first.cancel()
+
+
+# -- the HTTP server, in process --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve") / "chat"
+    shutil.copytree(os.path.join(HF, "llama-gqa"), folder, ignore=shutil.ignore_patterns("*.npy"))
+    json.dump({"chat_template": CHATML}, open(folder / "tokenizer_config.json", "w"))
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def client(chat_model):
+    return TestClient(make_app(tinydiff.load(chat_model), "chat", slots=2, api_key="k")), tinydiff.load(chat_model)
+
+
+def auth(**body):
+    return dict(json=body, headers={"Authorization": "Bearer k"})
+
+
+def events(text):
+    lines = [line for line in text.split("\n\n") if line]
+    assert all(line.startswith("data: ") for line in lines) and lines[-1] == "data: [DONE]"
+    return [json.loads(line[6:]) for line in lines[:-1]]
+
+
+def test_completions_whole_and_streamed(client):
+    c, model = client
+    want = model.generate("Once upon", 12, temperature=0)
+    r = c.post("/v1/completions", **auth(prompt="Once upon", max_tokens=12, temperature=0))
+    assert r.status_code == 200
+    body = r.json()
+    assert body["object"] == "text_completion" and body["choices"][0]["text"] == want
+    assert body["usage"]["prompt_tokens"] == len(model.encode_prompt("Once upon"))
+    assert body["usage"]["completion_tokens"] == len(model.generate_ids(model.encode_prompt("Once upon"), 12, temperature=0))
+    r = c.post("/v1/completions", **auth(prompt="Once upon", max_tokens=12, temperature=0, stream=True,
+                                         stream_options={"include_usage": True}))
+    chunks = events(r.text)
+    assert "".join(ch["choices"][0]["text"] for ch in chunks[:-1]) == want
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == body["usage"]
+
+
+def test_chat_completions_follow_the_template_and_stop_strings_cut(client):
+    c, model = client
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    want = model.chat(messages, 10, temperature=0)
+    r = c.post("/v1/chat/completions", **auth(messages=messages, max_tokens=10, temperature=0))
+    assert r.json()["choices"][0]["message"] == {"role": "assistant", "content": want}
+    chunks = events(c.post("/v1/chat/completions", **auth(messages=messages, max_tokens=10, temperature=0,
+                                                          stream=True)).text)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == want
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    cut = want[2:4]
+    r = c.post("/v1/chat/completions", **auth(messages=messages, max_tokens=10, temperature=0, stop=[cut]))
+    assert r.json()["choices"][0]["message"]["content"] == want[:want.index(cut)]
+    assert r.json()["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("path, body, status, words", [
+    ("/v1/completions", b"{bad", 400, "not JSON"),
+    ("/v1/completions", b"[1]", 400, "JSON object"),
+    ("/v1/completions", b'{"prompt": ""}', 400, "prompt must be"),
+    ("/v1/completions", b'{"prompt": "x", "max_tokens": -1}', 400, "max_tokens must be an integer >= 1"),
+    ("/v1/completions", b'{"prompt": "x", "model": "gpt-4"}', 404, "does not exist"),
+    ("/v1/completions", b'{"prompt": "x", "max_tokens": 100000}', 400, "exceed the context"),
+    ("/v1/completions", b'{"prompt": "x", "temperature": -1}', 400, "temperature must be >= 0"),
+    ("/v1/completions", b'{"prompt": "x", "stop": 3}', 400, "stop must be"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "robot", "content": "x"}]}', 400, "role 'robot'"),
+    ("/v1/chat/completions", b'{"messages": []}', 400, "non-empty list"),
+])
+def test_bad_requests_get_openai_errors_and_the_server_goes_on(client, path, body, status, words):
+    c, _ = client
+    r = c.post(path, content=body, headers={"Authorization": "Bearer k"})
+    assert r.status_code == status and words in r.json()["error"]["message"]
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    assert c.post("/v1/completions", **auth(prompt="Hi", max_tokens=2)).status_code == 200
+
+
+def test_the_api_key_is_required(client):
+    c, _ = client
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        r = c.post("/v1/completions", json={"prompt": "Hi"}, headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert c.get("/v1/models", headers={"Authorization": "Bearer k"}).json()["data"][0]["id"] == "chat"
+    assert c.get("/health").json()["status"] == "ok"
+
+
+def test_a_diffusion_model_is_served_with_its_options(tmp_path):
+    from test_diffusion_models import write_llada
+    folder = tmp_path / "llada"
+    write_llada(os.path.join(HF, "llama-gqa"), str(folder), mask_token_id=2)
+    json.dump({"chat_template": CHATML}, open(folder / "tokenizer_config.json", "w"))
+    model = tinydiff.load(str(folder))
+    c = TestClient(make_app(model, "llada"))
+    want = model.chat([{"role": "user", "content": "Hi"}], 8, steps=4)
+    r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "steps": 4})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == want
+    r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, "steps": 9})
+    assert r.status_code == 400 and "steps=9 is more than" in r.json()["error"]["message"]
+    r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, "steps": 4, "stream": True})
+    assert "".join(ch["choices"][0]["text"] for ch in events(r.text)) == model.denoise("Once", 8, steps=4)
+
+
+# -- a live server and real clients ------------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def live(chat_model):
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "tinydiff", "serve", "-m", chat_model, "--port", str(port),
+                          "--slots", "4", "-t", "1"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if subprocess.run(["curl", "-sf", url + "/health"], capture_output=True, timeout=5).returncode == 0:
+                break
+        except (FileNotFoundError, subprocess.TimeoutExpired):
+            pytest.skip("curl is needed for the live server test")
+        time.sleep(0.1)
+    else:
+        p.kill()
+        pytest.fail(f"tinydiff serve did not start: {p.stderr.read().decode()}")
+    yield url, tinydiff.load(chat_model)
+    p.terminate()
+    p.wait(timeout=10)
+
+
+def test_curl_and_the_openai_client_against_a_live_server(live):
+    openai = pytest.importorskip("openai")
+    url, model = live
+    out = subprocess.run(["curl", "-sf", url + "/v1/completions", "-H", "Content-Type: application/json",
+                          "-d", json.dumps({"prompt": "Once upon", "max_tokens": 8, "temperature": 0})],
+                         capture_output=True, timeout=30)
+    assert json.loads(out.stdout)["choices"][0]["text"] == model.generate("Once upon", 8, temperature=0)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none")
+    got = client.completions.create(model="chat", prompt="Once upon", max_tokens=8, temperature=0)
+    assert got.choices[0].text == model.generate("Once upon", 8, temperature=0)
+    messages = [{"role": "user", "content": "Hi"}]
+    want = model.chat(messages, 8, temperature=0)
+    got = client.chat.completions.create(model="chat", messages=messages, max_tokens=8, temperature=0)
+    assert got.choices[0].message.content == want and got.usage.prompt_tokens == len(model.chat_ids(messages))
+    stream = client.chat.completions.create(model="chat", messages=messages, max_tokens=8, temperature=0, stream=True)
+    assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == want
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x")
+
+
+def test_32_concurrent_streaming_clients_each_get_their_own_answer(live):
+    url, model = live
+    import httpx
+    prompts = [("Once upon a time " * (i % 5 + 1)).strip() for i in range(32)]
+    lengths = [4 + i % 13 for i in range(32)]
+
+    def ask(i):
+        body = {"prompt": prompts[i], "max_tokens": lengths[i], "temperature": 0.8, "seed": i, "stream": True}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
+            assert r.status_code == 200
+            return "".join(json.loads(line[6:])["choices"][0]["text"] for line in r.iter_lines()
+                           if line.startswith("data: {"))
+
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        got = list(pool.map(ask, range(32)))
+    assert got == [model.generate(p, n, temperature=0.8, seed=i) for i, (p, n) in enumerate(zip(prompts, lengths))]

@@ -1,0 +1,161 @@
+"""Continuous batching: many requests decoded together, each joining and leaving at any step.
+
+    scheduler = Scheduler(model, slots=4)
+    seq = scheduler.submit(prompt_ids, max_new_tokens=64, params=SamplingParams(temperature=0))
+    for token in seq:            # the new ids as they come (a thread-safe queue underneath)
+        ...
+
+The scheduler owns one run State of `slots` sequences (KV cache rows) and one thread, the engine's,
+which loops: admit waiting requests into free slots (each prompt prefilled on its own, in passes of
+up to PREFILL_ROWS rows: a prefill is compute-bound, batching it buys nothing), then one decode pass
+for every running sequence, each at its own position (Transformer.forward with a start and a slot
+per sequence: the weights are read once for all of them), then hand each its token and retire
+those that ended (a stop id, max_new_tokens, or cancel(): a client gone). A retired slot is free at
+the next step. Requests beyond the slots wait in a queue of at most `queue` entries; submit()
+beyond that raises Busy (the server answers 503).
+
+A request's tokens are those it would get alone: its own Sampler and seed, its own cache row and
+positions; tests/test_serve.py checks it token for token (decoding/generate.py's decode_batch is
+the same loop for a fixed set of prompts).
+"""
+import queue
+import threading
+from collections import deque
+
+import numpy as np
+
+from ..decoding.sampling import Sampler
+from ..errors import UsageError
+
+PREFILL_ROWS = 512      # rows per prefill pass (llama.cpp's default micro-batch)
+
+
+class Busy(Exception):
+    """Every slot is taken and the waiting queue is full."""
+
+
+class Sequence:
+    """One request: iterate it for its new token ids (it ends after the last); finish_reason then
+    says why: "stop" (a stop id, the last id given), "length" (max_new_tokens), "cancelled", or
+    "error" (the engine failed: `error` says how)."""
+
+    def __init__(self, ids, max_new_tokens, params, stop_ids):
+        self.ids, self.max_new_tokens, self.stop_ids = list(ids), max_new_tokens, stop_ids
+        self.sampler = Sampler(params)
+        self.history = list(ids)
+        self.finish_reason = self.error = None
+        self.cancelled = False
+        self._out = queue.Queue()
+
+    def __iter__(self):
+        while (token := self._out.get()) is not None:
+            yield token
+
+    def cancel(self):
+        """Frees the request's slot at the next step (a client that went away)."""
+        self.cancelled = True
+
+    @property
+    def new(self):
+        return self.history[len(self.ids):]
+
+    def _take(self, logits):
+        """Samples the next token from logits [V]; True if the sequence has ended."""
+        token = self.sampler(logits, self.history)
+        self.history.append(token)
+        self._out.put(token)
+        if token in self.stop_ids:
+            self.finish_reason = "stop"
+        elif len(self.new) >= self.max_new_tokens:
+            self.finish_reason = "length"
+        return self.finish_reason is not None
+
+    def _end(self, reason=None):
+        self.finish_reason = self.finish_reason or reason
+        self._out.put(None)
+
+
+class Scheduler:
+    """model: an autoregressive Model; slots: sequences decoded at once; n_ctx: positions per
+    sequence (prompt + new tokens; default the model's context); queue: requests that may wait."""
+
+    def __init__(self, model, slots=4, n_ctx=None, queue=64):
+        self.model, self.slots, self.queue_size = model, slots, queue
+        self.n_ctx = n_ctx or model.config.max_position_embeddings
+        self.state = model.transformer.state(self.n_ctx, batch=slots, rows=max(slots, min(PREFILL_ROWS, self.n_ctx)))
+        self.free = list(range(slots))
+        self.waiting = deque()
+        self.running = {}                  # slot -> Sequence
+        self.steps = 0                     # decode passes run, for tests and /health
+        self._wake = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="tinydiff-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, ids, max_new_tokens, params):
+        """Queues a request (prompt ids checked by the caller: in the vocabulary, non-empty); returns
+        its Sequence at once. UsageError if it cannot fit a slot's context; Busy if the queue is full."""
+        if len(ids) + max_new_tokens > self.n_ctx:
+            raise UsageError(f"the prompt ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
+                             f"context of {self.n_ctx} positions")
+        seq = Sequence(ids, max_new_tokens, params, self.model.stop_ids)
+        with self._wake:
+            if len(self.waiting) >= self.queue_size + len(self.free):   # the free slots take some at once
+                raise Busy(f"all {self.slots} slots are busy and {len(self.waiting)} requests wait")
+            self.waiting.append(seq)
+            self._wake.notify()
+        return seq
+
+    def _loop(self):
+        while True:
+            with self._wake:
+                while not self.running and not self.waiting:
+                    self._wake.wait()
+                admitted = []
+                while self.free and self.waiting:
+                    admitted.append((self.free.pop(0), self.waiting.popleft()))
+            try:
+                for slot, seq in admitted:
+                    self._admit(slot, seq)
+                self._step()
+            except Exception as e:   # MemoryError, a kernel's error: every request in flight ends with it
+                for slot, seq in admitted + list(self.running.items()):
+                    seq.error = f"{type(e).__name__}: {e}"
+                    if seq.finish_reason is None or slot in self.running:
+                        self._retire(slot, seq, "error")
+
+    def _admit(self, slot, seq):
+        """Prefills the prompt into the slot's cache row and takes the first token."""
+        forward = self.model.transformer.forward
+        if seq.cancelled:
+            return self._retire(slot, seq, "cancelled")
+        rows = self.state.buf.n_max
+        for i in range(0, len(seq.ids), rows):
+            logits = forward(np.asarray([seq.ids[i:i + rows]]), self.state, i, last_only=True, slots=[slot])
+        self.running[slot] = seq
+        if seq._take(logits[0]):
+            self._retire(slot, seq)
+
+    def _step(self):
+        """One decode pass for every running sequence, then each takes its token."""
+        for slot, seq in list(self.running.items()):
+            if seq.cancelled:
+                self._retire(slot, seq, "cancelled")
+        if not self.running:
+            return
+        slots = list(self.running)
+        seqs = [self.running[s] for s in slots]
+        ids = np.array([[seq.history[-1]] for seq in seqs])               # [B, 1] the newest token of each
+        logits = self.model.transformer.forward(ids, self.state, [len(seq.history) - 1 for seq in seqs],
+                                                last_only=True, slots=slots)   # [B, V]
+        self.steps += 1
+        for slot, seq, row in zip(slots, seqs, logits):
+            if seq._take(row):
+                self._retire(slot, seq)
+
+    def _retire(self, slot, seq, reason=None):
+        self.running.pop(slot, None)
+        seq._end(reason)
+        with self._wake:
+            if slot not in self.free:
+                self.free.append(slot)
+                self.free.sort()
