@@ -16,7 +16,11 @@
    most lanes empty.
 
    The mask is a number (masks.py, block): each query visits only the keys before its end, key_end;
-   a tile visits those of its last query, and weighs keys per row only past its first query's end. */
+   a tile visits those of its last query, and weighs keys per row only past its first query's end.
+
+   Paged keys (td_attention_paged_f32): k and v are pools of pages of TD_PAGE = KB rows, and key j
+   of the sequence is row j % TD_PAGE of page pages[j / TD_PAGE]. A block of keys is one page, so
+   each block is found once (key_rows) and read as the contiguous case reads it. */
 #include <math.h>
 #include <stdlib.h>
 #include "internal.h"
@@ -40,8 +44,17 @@ struct attn {
     int64_t nh, qb;      /* tiled: heads and queries per task (nh * qb <= RMAX) */
     int64_t hchunks;     /* tiled: tasks of nh heads per kv head */
     int64_t qblocks;     /* tiled: query blocks of qb */
+    const int64_t *pages; /* paged: the pool page of each TD_PAGE keys; NULL: k, v are [t,...] rows */
     int failed;          /* set (atomically) by a task whose scratch memory could not be had */
 };
+
+_Static_assert(TD_PAGE == KB, "a block of keys must be one page");
+
+/* the pool row of key j0, the first of a block (a multiple of KB) */
+static inline int64_t key_rows(const struct attn *a, int64_t j0)
+{
+    return a->pages ? a->pages[j0 / KB] * KB : j0;
+}
 
 /* the keys the query at position p sees: 0 .. key_end - 1 (causal, the common case, without the
    division: the tiles take an end per row) */
@@ -54,19 +67,36 @@ static inline int64_t key_end(const struct attn *a, int64_t p)
 #define TD_ISA_FILE "attention_isa.h"
 #include "foreach_isa.h"
 
-int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,
-                     int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t q_pos0, float scale)
+/* the attention of a (its pointers, sizes and mask set), on the thread pool */
+static int attention(struct attn a)
 {
-    struct attn a = {.q = q, .k = k, .v = v, .out = out, .n = n, .t = t, .heads = heads, .kv_heads = kv_heads,
-                     .hd = hd, .block = block, .q_pos0 = q_pos0, .scale = scale, .group = heads / kv_heads};
+    int64_t n = a.n, heads = a.heads;
+    double keys = 4.0 * a.t * a.hd; /* FLOPs a (query, head) row costs, for the pool's split */
     if (n < TILE_MIN_N || heads == 0) { /* (no heads: no tasks) */
-        td_parallel_for(TD_PICK(attend_rows), &a, n * heads, 4.0 * t * hd);
+        td_parallel_for(TD_PICK(attend_rows), &a, n * heads, keys);
         return a.failed ? -1 : 0;
     }
     a.nh = a.group < RMAX ? a.group : RMAX;
     a.qb = RMAX / a.nh;
     a.hchunks = (a.group + a.nh - 1) / a.nh;
     a.qblocks = (n + a.qb - 1) / a.qb;
-    td_parallel_for(TD_PICK(attend_tiles), &a, a.qblocks * kv_heads * a.hchunks, 4.0 * t * hd * a.qb * a.nh);
+    td_parallel_for(TD_PICK(attend_tiles), &a, a.qblocks * a.kv_heads * a.hchunks, keys * a.qb * a.nh);
     return a.failed ? -1 : 0;
+}
+
+int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,
+                     int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t q_pos0, float scale)
+{
+    return attention((struct attn){.q = q, .k = k, .v = v, .out = out, .n = n, .t = t, .heads = heads,
+                                   .kv_heads = kv_heads, .hd = hd, .block = block, .q_pos0 = q_pos0,
+                                   .scale = scale, .group = heads / kv_heads});
+}
+
+int td_attention_paged_f32(const float *q, const float *k, const float *v, const int64_t *pages, float *out,
+                           int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd, int64_t block,
+                           int64_t q_pos0, float scale)
+{
+    return attention((struct attn){.q = q, .k = k, .v = v, .pages = pages, .out = out, .n = n, .t = t,
+                                   .heads = heads, .kv_heads = kv_heads, .hd = hd, .block = block,
+                                   .q_pos0 = q_pos0, .scale = scale, .group = heads / kv_heads});
 }

@@ -118,9 +118,10 @@ TARGET static void ISA(attend_rows)(void *ctx, int64_t b, int64_t e)
         memset(acc, 0, sizeof(float) * hd);
         for (int64_t j0 = 0; j0 < end; j0 += KB) {
             int64_t nb = end - j0 < KB ? end - j0 : KB;
-            ISA(scores)(q, k + j0 * kvstride, kvstride, hd, nb, p);
+            int64_t rows = key_rows(a, j0);
+            ISA(scores)(q, k + rows * kvstride, kvstride, hd, nb, p);
             ISA(softmax_block)(a, p, nb, &m, &l, acc);
-            ISA(add_values)(acc, p, v + j0 * kvstride, kvstride, nb, hd);
+            ISA(add_values)(acc, p, v + rows * kvstride, kvstride, nb, hd);
         }
         float *out = a->out + task * hd, inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int64_t d = 0; d < hd; d++)
@@ -267,9 +268,10 @@ TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t
     int64_t first = key_end(a, a->q_pos0 + i0), end = key_end(a, a->q_pos0 + i0 + nq - 1);
     for (int64_t j0 = 0; j0 < end; j0 += KB) {
         int64_t nb = end - j0 < KB ? end - j0 : KB;
-        ISA(gemm_rows)(st, k + j0 * kvstride, kvstride, 1, qt, rp, hd, 0, nb); /* st[j] = q k_j scale log2e */
+        int64_t rows = key_rows(a, j0);
+        ISA(gemm_rows)(st, k + rows * kvstride, kvstride, 1, qt, rp, hd, 0, nb); /* st[j] = q k_j scale log2e */
         ISA(softmax_rows)(st, nb, rp, j0, j0 + nb > first, lim, m, l, ot, hd);
-        ISA(gemm_rows)(ot, v + j0 * kvstride, 1, kvstride, st, rp, nb, 1, hd); /* ot[d] += p v[.][d] */
+        ISA(gemm_rows)(ot, v + rows * kvstride, 1, kvstride, st, rp, nb, 1, hd); /* ot[d] += p v[.][d] */
     }
     for (int64_t r = 0; r < rows; r++) {
         float *out = a->out + ((i0 + r / nh) * a->heads + h0 + r % nh) * hd, inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;

@@ -74,6 +74,13 @@ void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len);
 int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,
                      int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t q_pos0, float scale);
 
+/* the same with paged keys: k and v are pools of pages of TD_PAGE rows ([pages * TD_PAGE, kv_heads,
+   hd]), key j being row j % TD_PAGE of page pages[j / TD_PAGE] (a paged KV cache: serving) */
+enum { TD_PAGE = 64 };
+int td_attention_paged_f32(const float *q, const float *k, const float *v, const int64_t *pages, float *out,
+                           int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd, int64_t block,
+                           int64_t q_pos0, float scale);
+
 /* one decoder layer for a few positions of one sequence (layer.c): Transformer.layers' loop body for B = 1 */
 struct td_layer {                   /* one layer's weights, each matrix of its own type */
     const float *input_layernorm, *post_attention_layernorm;       /* [d] */

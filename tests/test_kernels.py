@@ -220,6 +220,29 @@ def test_attention_tiles(level, n, extra, kvh, group, hd, mask, seed, behind):
     check_attention(q, k, v, mask=mask, q_pos0=max(extra - behind, 0))
 
 
+@settings(max_examples=40)
+@given(n=st.integers(1, 70), t=st.integers(1, 260), kvh=st.integers(1, 2), group=st.sampled_from([1, 3, 9]),
+       hd=st.sampled_from([1, 17, 64]), mask=MASKS, seed=st.integers(0, 99), spare=st.integers(0, 3))
+def test_paged_attention_is_the_attention_of_the_gathered_keys(level, n, t, kvh, group, hd, mask, seed, spare):
+    """Keys in pages of a pool, in any order: bit for bit the contiguous attention over them."""
+    n = min(n, t)
+    used = -(-t // K.PAGE)
+    pages = np.random.default_rng(seed).permutation(used + spare)[:used]          # [used] pool pages
+    pool_k, pool_v = data(seed + 1, (used + spare) * K.PAGE, kvh, hd), data(seed + 2, (used + spare) * K.PAGE, kvh, hd)
+    gather = np.concatenate([np.arange(p * K.PAGE, (p + 1) * K.PAGE) for p in pages])[:t]
+    q = data(seed, n, kvh * group, hd)
+    want = K.attention(q, pool_k[gather], pool_v[gather], mask=mask, q_pos0=t - n)
+    got = K.attention(q, pool_k, pool_v, mask=mask, q_pos0=t - n, pages=pages, t=t)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_paged_attention_checks_its_pages():
+    q, pool = data(0, 1, 2, 8), data(1, 2 * K.PAGE, 2, 8)
+    for pages, t in [([0, 2], 70), ([0], K.PAGE + 1), ([-1], 3), ([0], None)]:
+        with pytest.raises(ValueError, match="do not fit a pool"):
+            K.attention(q, pool, pool, pages=np.array(pages), t=t)
+
+
 def test_attention_options():
     q, k, v = data(0, 4, 4, 8), data(1, 10, 2, 8), data(2, 10, 2, 8)
     check_attention(q, k, v, q_pos0=6, scale=0.3)

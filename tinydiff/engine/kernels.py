@@ -43,6 +43,8 @@ _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 u
 _shares = np.may_share_memory
 _matmuls, _rmsnorm, _softmax = lib.td_matmuls, lib.td_rmsnorm_f32, lib.td_softmax_f32
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
+_attention_paged = lib.td_attention_paged_f32
+PAGE = lib.TD_PAGE                 # keys per page of a paged KV cache (one block of the attention's)
 _rope_qk, _decode_layer, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_decode_layer, lib.td_rows_to_f32
 _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK)}  # weight dtype: C type, k per element
@@ -297,7 +299,7 @@ def silu_mul(gate, up, out=None, op="mlp"):
     return out
 
 
-def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="attention"):
+def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="attention", pages=None, t=None):
     """out[n,H,hd] = softmax(q k^T * scale, over the visible keys) v; q [n,H,hd], k v [t,KVH,hd].
 
     Head h uses kv head h // (H // KVH). mask: a masks.AttentionMask (CAUSAL, BIDIRECTIONAL,
@@ -305,6 +307,9 @@ def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="atten
     mask.pairs (query, key) pairs it lets through. scale defaults to 1/sqrt(hd). A query that sees
     no key gets zeros. Hidden keys weigh exactly 0, so, as in a plain softmax(...) @ v, their values
     must be finite (a KV cache from np.zeros is fine).
+
+    Paged keys (a paged KV cache): k and v are pools [pages*PAGE, KVH, hd] of pages of PAGE rows,
+    pages (int64) the pool page of each PAGE keys of the sequence, t its number of keys.
     """
     q, k, v = _f32(q), _f32(k), _f32(v)
     if (q.ndim != 3 or k.ndim != 3 or v.shape != k.shape or q.shape[2] != k.shape[2]
@@ -314,12 +319,23 @@ def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="atten
     if not isinstance(mask, AttentionMask):
         raise ValueError(f"attention: mask must be a masks.AttentionMask, got {mask!r}")
     n, heads, hd = q.shape
-    t, kv_heads = k.shape[:2]
+    kv_heads = k.shape[1]
     if q_pos0 < 0:
         raise ValueError(f"attention: q_pos0 must be >= 0, got {q_pos0}")
     out = _out(out, q.shape, "attention", q, k, v)
     scale = (1.0 / math.sqrt(hd) if hd else 1.0) if scale is None else float(scale)
-    if _attention(_p(q), _p(k), _p(v), _p(out), n, t, heads, kv_heads, hd, mask.block, int(q_pos0), scale):
+    if pages is None:
+        t = k.shape[0]
+        failed = _attention(_p(q), _p(k), _p(v), _p(out), n, t, heads, kv_heads, hd, mask.block, int(q_pos0), scale)
+    else:
+        pages = np.ascontiguousarray(pages, dtype=np.int64)
+        if (t is None or not 0 <= t <= len(pages) * PAGE or len(k) % PAGE
+                or ((pages < 0) | (pages >= len(k) // PAGE)).any()):
+            raise ValueError(f"attention: {t} keys in pages {pages.tolist()} do not fit a pool of {len(k)} rows "
+                             f"(pages of {PAGE})")
+        failed = _attention_paged(_p(q), _p(k), _p(v), _buf("int64_t[]", pages), _p(out), n, t, heads, kv_heads,
+                                  hd, mask.block, int(q_pos0), scale)
+    if failed:
         raise MemoryError("attention: no scratch memory")
     if ledger.active():
         ledger.book(op, cost.attention(n, heads, kv_heads, hd, t, mask.pairs(n, t, int(q_pos0))))
