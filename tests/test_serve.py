@@ -236,3 +236,43 @@ def test_32_concurrent_streaming_clients_each_get_their_own_answer(live):
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
         got = list(pool.map(ask, range(32)))
     assert got == [model.generate(p, n, temperature=0.8, seed=i) for i, (p, n) in enumerate(zip(prompts, lengths))]
+
+
+# -- the paged KV cache and its prefix cache -------------------------------------------------------------
+
+def test_pages_are_named_by_their_prefix_shared_and_forgotten_least_recently_used_first():
+    from tinydiff.engine.kernels import PAGE
+    from tinydiff.engine.transformer import PagedKVCache
+    cfg = tinydiff.load(os.path.join(HF, "llama-gqa")).config
+    cache = PagedKVCache(cfg, pages=6)
+    a = list(range(3 * PAGE + 5))                      # three full pages and a bit
+    assert cache.start(0, a) == 0 and cache.grow(0, len(a))
+    cache.name_pages(0, a)
+    assert cache.start(1, a[:2 * PAGE] + [7] * 10) == 2 * PAGE          # its first two pages are a's
+    assert list(cache.tables[1]) == list(cache.tables[0][:2]) and cache.refs[int(cache.tables[0][0])] == 2
+    assert cache.start(2, a[:2 * PAGE]) == PAGE                          # never the page of the last id
+    cache.end(1)
+    cache.end(2)
+    held = list(cache.tables[0])
+    cache.end(0)
+    assert list(cache.idle) == [int(p) for p in held[:3]] and int(held[3]) in cache.free   # named stay, idle
+    assert cache.grow(3, 6 * PAGE)                     # takes every page: the idle named ones are forgotten
+    assert not cache.named and not cache.idle and not cache.free
+    assert not cache.grow(4, PAGE)                     # nothing left
+    assert cache.start(5, a) == 0                      # forgotten
+
+
+def test_a_shared_system_prompt_is_prefilled_once():
+    model = tinydiff.load("stories5m-ar")
+    system = model.encode_prompt("Once upon a time, " + "there was a little girl named Lily who loved flowers. " * 50)[:500]
+    scheduler = Scheduler(model, slots=2, ledger=True)
+    first = scheduler.submit(system + model.tokenizer.encode("She", add_special_tokens=False), 4, greedy())
+    list(first)
+    second_ids = system + model.tokenizer.encode("The dog", add_special_tokens=False)
+    second = scheduler.submit(second_ids, 4, greedy())
+    assert list(second) == model.generate_ids(second_ids, 4, temperature=0)
+    reused = len(system) // 64 * 64
+    assert first.reused == 0 and second.reused == reused
+    assert second.prefilled == len(second_ids) - reused
+    prefills = [p["tokens"] for p in scheduler.ledger.passes if p["tokens"] > 1]
+    assert prefills == [len(first.ids), len(second_ids) - reused]

@@ -468,6 +468,14 @@ def store(slot, rows, op="attention"):
     return slot
 
 
+def store_at(pool, at, rows, op="attention"):
+    """pool[at] = rows: new K or V rows copied into the pool rows `at` (a paged cache's)."""
+    pool[at] = rows
+    if ledger.active():
+        ledger.book(op, cost.kv_store(rows.size))
+    return pool
+
+
 def _threads_at_import():
     """threads_from_env(), or the physical cores if TINYDIFF_THREADS is bad: importing never fails
     on it (tinydiff.load reports it)."""

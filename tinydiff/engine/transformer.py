@@ -17,6 +17,8 @@ tests/test_decode_layer.py holds the two to the same logits and cache, bit for b
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
 H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_size.
 """
+from collections import OrderedDict
+
 import numpy as np
 
 from . import kernels as K
@@ -59,6 +61,101 @@ class KVCache:
         self.v = np.zeros(shape, np.float32)   # [L, B, ctx, KVH*hd]
 
 
+class PagedKVCache:
+    """Keys and values in pages of PAGE positions (kernels.PAGE, the attention's key block), shared
+    by every sequence: pools [L, pages*PAGE, KVH*hd], and a page table per sequence (`tables`, its
+    State slot -> int64 [pages]: position p is row p % PAGE of page table[p // PAGE]).
+
+    A prefix cache over it (vLLM's, at page granularity): a full page is named by its tokens and
+    all those before it (a chained hash: equal names, equal K/V, since attention is causal and RoPE
+    positions absolute), stays named after its sequences end, and a later sequence whose ids start
+    the same takes it instead of recomputing it. Pages no sequence holds are freed least recently
+    used first when a sequence needs one; `limit_bytes` bounds the pool."""
+
+    def __init__(self, cfg, pages):
+        self.page_bytes = 2 * cfg.num_hidden_layers * K.PAGE * cfg.kv_dim * 4
+        self.k = np.zeros((cfg.num_hidden_layers, pages * K.PAGE, cfg.kv_dim), np.float32)  # [L, rows, KVH*hd]
+        self.v = np.zeros((cfg.num_hidden_layers, pages * K.PAGE, cfg.kv_dim), np.float32)
+        self.tables = {}                     # slot -> int64 [pages]
+        self.free = list(range(pages))       # pages holding nothing
+        self.refs = [0] * pages              # sequences holding each page
+        self.named, self.name_of = {}, {}    # prefix name -> page, page -> name
+        self.idle = OrderedDict()            # named pages no sequence holds, least recently used first
+
+    @staticmethod
+    def names(ids):
+        """The name of each full page of ids: a hash of its tokens and every token before it."""
+        out, h = [], 0
+        for i in range(len(ids) // K.PAGE):
+            h = hash((h, tuple(ids[i * K.PAGE:(i + 1) * K.PAGE])))
+            out.append(h)
+        return out
+
+    def start(self, slot, ids):
+        """Gives slot a table holding the named pages that start ids (never the page of its last id,
+        which a pass must run for its logits); returns how many positions they cover."""
+        table = []
+        for name in self.names(ids[:len(ids) - 1]):
+            page = self.named.get(name)
+            if page is None:
+                break
+            self._hold(page)
+            table.append(page)
+        self.tables[slot] = np.array(table, np.int64)
+        return len(table) * K.PAGE
+
+    def grow(self, slot, positions):
+        """Pages for slot's positions up to `positions`; False if the pool cannot give them."""
+        table = self.tables.get(slot, np.zeros(0, np.int64))
+        need = -(-positions // K.PAGE) - len(table)
+        new = []
+        for _ in range(need):
+            page = self._take()
+            if page is None:
+                for p in new:
+                    self._drop(p)
+                return False
+            new.append(page)
+        self.tables[slot] = np.concatenate([table, np.array(new, np.int64)])
+        return True
+
+    def name_pages(self, slot, ids):
+        """Names the full pages of slot's first len(ids) positions (their K/V are ids'), so later
+        sequences can take them."""
+        for page, name in zip(self.tables[slot], self.names(ids)):
+            page = int(page)
+            if page not in self.name_of and name not in self.named:
+                self.named[name], self.name_of[page] = page, name
+
+    def end(self, slot):
+        """The slot's sequence is done: its pages go back (named ones stay, idle, for later sequences)."""
+        for page in self.tables.pop(slot, []):
+            self._drop(int(page))
+
+    def _hold(self, page):
+        self.refs[page] += 1
+        self.idle.pop(page, None)
+
+    def _drop(self, page):
+        self.refs[page] -= 1
+        if self.refs[page] == 0:
+            if page in self.name_of:
+                self.idle[page] = None
+            else:
+                self.free.append(page)
+
+    def _take(self):
+        if not self.free and self.idle:              # the least recently used named page is forgotten
+            page, _ = self.idle.popitem(last=False)
+            del self.named[self.name_of.pop(page)]
+            self.free.append(page)
+        if not self.free:
+            return None
+        page = self.free.pop()
+        self.refs[page] = 1
+        return page
+
+
 class Buffers:
     """Scratch activations for up to n_max rows (batch x positions) per pass."""
 
@@ -78,12 +175,13 @@ class State:
     """One generation's run state: the KV cache of `batch` sequences of n_ctx slots, buffers for up
     to `rows` rows a pass, and (one sequence) csrc/layer.c's view of both. Made by Transformer.state."""
 
-    def __init__(self, transformer, n_ctx, batch, rows):
+    def __init__(self, transformer, n_ctx, batch, rows, pages=None):
         cfg = transformer.config
         self.owner = transformer
-        self.cache = KVCache(cfg, n_ctx, batch)                       # [L, B, ctx, KVH*hd] x2
+        self.cache = KVCache(cfg, n_ctx, batch) if pages is None else PagedKVCache(cfg, pages)  # x2 [L, ...]
         self.buf = Buffers(cfg, rows)                                 # [rows, ...]
-        self.decode = K.DecodeRun(cfg, self.buf, self.cache, transformer.inv_freq) if batch == 1 else None
+        self.decode = K.DecodeRun(cfg, self.buf, self.cache, transformer.inv_freq) \
+            if batch == 1 and pages is None else None
 
 
 class Transformer:
@@ -100,9 +198,10 @@ class Transformer:
         self.decode_layers = [K.DecodeLayer(config, lw) for lw in weights.layers]
         self.pool = K.ThreadPool(K.get_threads() if threads is None else K.check_threads(threads))
 
-    def state(self, n_ctx, batch=1, rows=None):
-        """A run State: n_ctx cache slots per sequence, passes of up to `rows` rows (default all)."""
-        return State(self, n_ctx, batch, batch * n_ctx if rows is None else rows)
+    def state(self, n_ctx, batch=1, rows=None, pages=None):
+        """A run State: n_ctx cache slots per sequence, passes of up to `rows` rows (default all);
+        or, with pages, a PagedKVCache of that many pages that sequences share (serving)."""
+        return State(self, n_ctx, batch, batch * n_ctx if rows is None else rows, pages)
 
     def forward(self, ids, state, start, kv_len=None, mask=CAUSAL, last_only=False, slots=None):
         """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
@@ -133,6 +232,7 @@ class Transformer:
         slots = range(B) if slots is None else slots                     # [B] the cache sequence of each
         H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
         pos = (starts[:, None] + np.arange(n)).reshape(-1)              # [Bn] positions, for RoPE
+        paged = isinstance(cache, PagedKVCache)
         x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
         att, gate, up = buf.att[:B * n], buf.gate[:B * n], buf.up[:B * n]
         ledger.begin_pass(tokens=B * n)
@@ -149,6 +249,15 @@ class Transformer:
             K.rope_qk(q.reshape(B * n, H, hd), k.reshape(B * n, KVH, hd), pos, self.inv_freq, op="rope")
             for b, (slot, s, t) in enumerate(zip(slots, starts, kv_lens)):
                 rows = slice(b * n, (b + 1) * n)
+                if paged:                                               # the pool rows of positions s..s+n-1
+                    table = cache.tables[slot]
+                    at = table[pos[rows] // K.PAGE] * K.PAGE + pos[rows] % K.PAGE
+                    K.store_at(cache.k[l], at, k[rows])
+                    K.store_at(cache.v[l], at, v[rows])
+                    K.attention(q[rows].reshape(n, H, hd), cache.k[l].reshape(-1, KVH, hd),
+                                cache.v[l].reshape(-1, KVH, hd), out=att[rows].reshape(n, H, hd),
+                                mask=mask, q_pos0=s, op="attention", pages=table, t=int(t))
+                    continue
                 K.store(cache.k[l, slot, s:s + n], k[rows])             # [n, KVH*hd] into the cache
                 K.store(cache.v[l, slot, s:s + n], v[rows])
                 K.attention(q[rows].reshape(n, H, hd),

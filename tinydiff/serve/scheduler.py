@@ -5,9 +5,12 @@
     for token in seq:            # the new ids as they come (a thread-safe queue underneath)
         ...
 
-The scheduler owns one run State of `slots` sequences (KV cache rows) and one thread, the engine's,
-which loops: admit waiting requests into free slots (each prompt prefilled on its own, in passes of
-up to PREFILL_ROWS rows: a prefill is compute-bound, batching it buys nothing), then one decode pass
+The scheduler owns one run State of `slots` sequences, its KV cache paged and shared
+(engine/transformer.py's PagedKVCache: pages of 64 positions, a page table per sequence, a prefix
+cache of named pages), and one thread, the engine's, which loops: admit waiting requests into free
+slots (each prompt prefilled on its own, in passes of up to PREFILL_ROWS rows: a prefill is
+compute-bound, batching it buys nothing; the pages of its start that an earlier request left, a
+shared system prompt, are taken instead of recomputed), then one decode pass
 for every running sequence, each at its own position (Transformer.forward with a start and a slot
 per sequence: the weights are read once for all of them), then hand each its token and retire
 those that ended (a stop id, max_new_tokens, or cancel(): a client gone). A retired slot is free at
@@ -25,6 +28,8 @@ from collections import deque
 import numpy as np
 
 from ..decoding.sampling import Sampler
+from ..engine.kernels import PAGE
+from ..engine.ledger import Ledger
 from ..errors import UsageError
 
 PREFILL_ROWS = 512      # rows per prefill pass (llama.cpp's default micro-batch)
@@ -45,6 +50,7 @@ class Sequence:
         self.history = list(ids)
         self.finish_reason = self.error = None
         self.cancelled = False
+        self.reused = self.prefilled = 0    # prompt positions taken from the prefix cache / run
         self._out = queue.Queue()
 
     def __iter__(self):
@@ -77,12 +83,21 @@ class Sequence:
 
 class Scheduler:
     """model: an autoregressive Model; slots: sequences decoded at once; n_ctx: positions per
-    sequence (prompt + new tokens; default the model's context); queue: requests that may wait."""
+    sequence (prompt + new tokens; default the model's context); queue: requests that may wait;
+    prefix_cache_bytes: KV memory beyond what the slots need, where the pages of finished requests
+    stay for later ones that start the same (engine/transformer.py's PagedKVCache); ledger: keep a
+    Ledger of every pass the engine runs (self.ledger; tests, never a long-running server)."""
 
-    def __init__(self, model, slots=4, n_ctx=None, queue=64):
+    def __init__(self, model, slots=4, n_ctx=None, queue=64, prefix_cache_bytes=64 << 20, ledger=False):
         self.model, self.slots, self.queue_size = model, slots, queue
         self.n_ctx = n_ctx or model.config.max_position_embeddings
-        self.state = model.transformer.state(self.n_ctx, batch=slots, rows=max(slots, min(PREFILL_ROWS, self.n_ctx)))
+        cfg = model.config
+        page_bytes = 2 * cfg.num_hidden_layers * PAGE * cfg.kv_dim * 4
+        pages = slots * -(-self.n_ctx // PAGE) + prefix_cache_bytes // page_bytes   # every slot can fill its context
+        self.state = model.transformer.state(self.n_ctx, batch=slots, rows=max(slots, min(PREFILL_ROWS, self.n_ctx)),
+                                             pages=pages)
+        self.cache = self.state.cache
+        self.ledger = Ledger() if ledger else None
         self.free = list(range(slots))
         self.waiting = deque()
         self.running = {}                  # slot -> Sequence
@@ -106,6 +121,8 @@ class Scheduler:
         return seq
 
     def _loop(self):
+        if self.ledger is not None:
+            self.ledger.__enter__()            # on the engine's thread, which runs every pass
         while True:
             with self._wake:
                 while not self.running and not self.waiting:
@@ -124,13 +141,18 @@ class Scheduler:
                         self._retire(slot, seq, "error")
 
     def _admit(self, slot, seq):
-        """Prefills the prompt into the slot's cache row and takes the first token."""
+        """Prefills the prompt into the slot's pages, but for the pages the prefix cache already
+        holds, and takes the first token."""
         forward = self.model.transformer.forward
         if seq.cancelled:
             return self._retire(slot, seq, "cancelled")
+        seq.reused = self.cache.start(slot, seq.ids)
+        self.cache.grow(slot, len(seq.ids))
         rows = self.state.buf.n_max
-        for i in range(0, len(seq.ids), rows):
+        for i in range(seq.reused, len(seq.ids), rows):
             logits = forward(np.asarray([seq.ids[i:i + rows]]), self.state, i, last_only=True, slots=[slot])
+        seq.prefilled = len(seq.ids) - seq.reused
+        self.cache.name_pages(slot, seq.ids)
         self.running[slot] = seq
         if seq._take(logits[0]):
             self._retire(slot, seq)
@@ -144,16 +166,21 @@ class Scheduler:
             return
         slots = list(self.running)
         seqs = [self.running[s] for s in slots]
+        for slot, seq in zip(slots, seqs):
+            self.cache.grow(slot, len(seq.history))                       # a page for the newest token's K/V
         ids = np.array([[seq.history[-1]] for seq in seqs])               # [B, 1] the newest token of each
         logits = self.model.transformer.forward(ids, self.state, [len(seq.history) - 1 for seq in seqs],
                                                 last_only=True, slots=slots)   # [B, V]
         self.steps += 1
         for slot, seq, row in zip(slots, seqs, logits):
+            if len(seq.history) % PAGE == 0:                               # a page just filled: name it
+                self.cache.name_pages(slot, seq.history)
             if seq._take(row):
                 self._retire(slot, seq)
 
     def _retire(self, slot, seq, reason=None):
         self.running.pop(slot, None)
+        self.cache.end(slot)
         seq._end(reason)
         with self._wake:
             if slot not in self.free:
