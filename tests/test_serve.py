@@ -168,6 +168,12 @@ def test_a_diffusion_model_is_served_with_its_options(tmp_path):
     assert r.status_code == 400 and "steps=9 is more than" in r.json()["error"]["message"]
     r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, "steps": 4, "stream": True})
     assert "".join(ch["choices"][0]["text"] for ch in events(r.text)) == model.denoise("Once", 8, steps=4)
+    r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, "steps": 4, "stream": True,
+                                        "stream_steps": True})
+    steps = [ch["denoising"] for ch in events(r.text) if "denoising" in ch]
+    assert [s["step"] for s in steps] == [0, 1, 2, 3]
+    assert [s["text"].count("\u2591") for s in steps] == [6, 4, 2, 0]       # two positions a step
+    assert "".join(ch["choices"][0]["text"] for ch in events(r.text)) == model.denoise("Once", 8, steps=4)
 
 
 # -- a live server and real clients ------------------------------------------------------------------
@@ -276,3 +282,19 @@ def test_a_shared_system_prompt_is_prefilled_once():
     assert second.prefilled == len(second_ids) - reused
     prefills = [p["tokens"] for p in scheduler.ledger.passes if p["tokens"] > 1]
     assert prefills == [len(first.ids), len(second_ids) - reused]
+
+
+def test_a_client_that_disconnects_frees_its_slot(live):
+    import httpx
+    url, _ = live
+    before = httpx.get(url + "/health").json()["tokens_generated"]
+    body = {"prompt": "Once upon a time", "max_tokens": 240, "temperature": 0.8, "stream": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+        assert next(line for line in r.iter_lines() if line.startswith("data: {"))
+    for _ in range(100):                     # gone: the slot is free at the next step
+        if httpx.get(url + "/health").json()["running"] == 0:
+            break
+        time.sleep(0.05)
+    health = httpx.get(url + "/health").json()
+    assert health["running"] == 0 and health["waiting"] == 0
+    assert health["tokens_generated"] - before < 240          # stopped early, not run to its end

@@ -101,7 +101,7 @@ class Scheduler:
         self.free = list(range(slots))
         self.waiting = deque()
         self.running = {}                  # slot -> Sequence
-        self.steps = 0                     # decode passes run, for tests and /health
+        self.steps = self.generated = 0    # decode passes run and tokens given, for /health
         self._wake = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name="tinydiff-engine", daemon=True)
         self._thread.start()
@@ -154,6 +154,7 @@ class Scheduler:
         seq.prefilled = len(seq.ids) - seq.reused
         self.cache.name_pages(slot, seq.ids)
         self.running[slot] = seq
+        self.generated += 1
         if seq._take(logits[0]):
             self._retire(slot, seq)
 
@@ -172,6 +173,7 @@ class Scheduler:
         logits = self.model.transformer.forward(ids, self.state, [len(seq.history) - 1 for seq in seqs],
                                                 last_only=True, slots=slots)   # [B, V]
         self.steps += 1
+        self.generated += len(seqs)
         for slot, seq, row in zip(slots, seqs, logits):
             if len(seq.history) % PAGE == 0:                               # a page just filled: name it
                 self.cache.name_pages(slot, seq.history)

@@ -3,7 +3,7 @@
     tinydiff serve -m DIR --port 8080 --slots 4 --ctx-size 2048 [--api-key KEY]
 
 Endpoints (OpenAI's shapes, https://platform.openai.com/docs/api-reference):
-    GET  /health                 {"status": "ok", "slots": ..., "running": ..., "waiting": ...}
+    GET  /health                 {"status": "ok", "slots", "running", "waiting", "tokens_generated"}
     GET  /v1/models              the one model served, under its folder's name
     POST /v1/completions         {"prompt": str or [ids], "max_tokens": 16, "stream": false, ...}
     POST /v1/chat/completions    {"messages": [...], rendered with the model's chat template}
@@ -12,7 +12,9 @@ and llama-server's top_k, min_p, repeat_penalty (default: the model's generation
 llama.cpp's), seed, stop (a string or a list), stream and stream_options.include_usage. Streaming
 is server-sent events: `data: {chunk}` lines, then `data: [DONE]`. A diffusion model takes its
 denoising options as extra fields (steps, block_length, threshold, remasking, cache, ...), runs one
-request at a time, and streams its answer as one chunk when it is done.
+request at a time, and streams its answer as one chunk when it is done; with "stream_steps": true,
+each denoising step comes first as a chunk with empty text and a "denoising" field, {"step": i,
+"text": the answer so far, masked positions as \u2591}.
 
 An autoregressive model is served by continuous batching (scheduler.py): every request gets a
 slot and all running ones share each decode pass. The engine runs on its own thread, never on the
@@ -40,6 +42,7 @@ from .scheduler import Busy, Scheduler
 
 # the request fields a diffusion model reads: its denoising options (eos: a request always stops at EOS)
 DENOISING = {f.name for f in fields(Options)} - {"eos"}
+MASK_SHOWN = "\u2591"   # a masked position in a streamed denoising step, as --visual draws it
 # OpenAI's field -> SamplingParams' (llama-server's own names pass as they are)
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
             "repeat_penalty": "repeat_penalty", "seed": "seed"}
@@ -81,7 +84,7 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
 
     async def health(request):
         busy = {} if scheduler is None else {"slots": slots, "running": len(scheduler.running),
-                                             "waiting": len(scheduler.waiting)}
+                                             "waiting": len(scheduler.waiting), "tokens_generated": scheduler.generated}
         return JSONResponse({"status": "ok", **busy})
 
     async def models(request):
@@ -130,7 +133,7 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
             return await run.respond(request, body, pieces, seq)
         options = {k: v for k, v in body.items() if k in DENOISING and v is not None}
         model.denoise_steps(ids, max_tokens, **options)        # every check now, before any answer starts
-        denoised = Denoised(model, ids, max_tokens, options, stop, one_at_a_time)
+        denoised = Denoised(model, ids, max_tokens, options, stop, one_at_a_time, bool(body.get("stream_steps")))
         return await run.respond(request, body, iter(denoised), denoised)
 
     async def errors(request, e):
@@ -147,21 +150,33 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
 
 
 class Denoised:
-    """A diffusion model's answer, made on a worker thread one request at a time, as one piece."""
+    """A diffusion model's answer, made on a worker thread one request at a time, as one piece;
+    with steps, each denoising step first, as {"step": i, "text": the canvas after the prompt,
+    masks as MASK_SHOWN} (a streaming client's "denoising" field)."""
 
-    def __init__(self, model, ids, gen_length, options, stop, lock):
+    def __init__(self, model, ids, gen_length, options, stop, lock, steps=False):
         self.model, self.ids, self.gen_length, self.options, self.stop, self.lock = model, ids, gen_length, options, stop, lock
-        self.new, self.finish_reason = [], None
+        self.steps, self.new, self.finish_reason = steps, [], None
 
     def __iter__(self):
+        from ..decoding.diffusion import Step
         from ..decoding.generate import cut_at_stop
         with self.lock:
-            self.new = self.model.denoise_ids(self.ids, self.gen_length, **self.options)
+            for item in self.model.denoise_steps(self.ids, self.gen_length, **self.options):
+                if isinstance(item, Step) and self.steps:
+                    yield {"step": item.index, "text": self._canvas(item)}
+                elif not isinstance(item, Step):
+                    self.new = item.ids
         self.finish_reason = "stop" if self.new and self.new[-1] in self.model.stop_ids else "length"
         text = self.model.text(self.new)
         cut = cut_at_stop(text, self.stop)
         self.finish_reason = "stop" if cut != text else self.finish_reason
         yield cut
+
+    def _canvas(self, step):
+        tok, start = self.model.tokenizer, len(self.ids)
+        return "".join(tok.decode([int(t)]) if done else MASK_SHOWN
+                       for t, done in zip(step.canvas[start:], step.committed[start:]))
 
     def cancel(self):
         pass
@@ -184,7 +199,7 @@ class Run:
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(self.events(request, pieces, seq, usage), media_type="text/event-stream")
         try:
-            text = "".join([piece async for piece in _pieces(pieces)])
+            text = "".join([piece async for piece in _pieces(pieces) if isinstance(piece, str)])
         finally:
             seq.cancel()
         return JSONResponse(self.whole(text, self.reason(seq), self.usage(seq)))
@@ -206,7 +221,7 @@ class Run:
         return {"id": self.id, "object": self.kind, "created": self.created, "model": self.model,
                 "choices": [choice], "usage": usage}
 
-    def chunk(self, text=None, reason=None, first=False, usage=None):
+    def chunk(self, text=None, reason=None, first=False, usage=None, denoising=None):
         if self.kind == "text_completion":
             choices = [] if usage else [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}]
             kind = "text_completion"
@@ -219,6 +234,8 @@ class Run:
         out = {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices}
         if usage is not None:
             out["usage"] = usage
+        if denoising is not None:
+            out["denoising"] = denoising
         return f"data: {json.dumps(out)}\n\n"
 
     async def events(self, request, pieces, seq, include_usage):
@@ -226,7 +243,7 @@ class Run:
             if self.kind != "text_completion":
                 yield self.chunk(first=True)
             async for piece in _pieces(pieces):
-                yield self.chunk(piece)
+                yield self.chunk(piece) if isinstance(piece, str) else self.chunk(denoising=piece)
             yield self.chunk(reason=self.reason(seq))
             if include_usage:
                 yield self.chunk(usage=self.usage(seq))
