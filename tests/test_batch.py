@@ -95,3 +95,44 @@ def test_bench_batched_decoding(capsys):
     assert f"{model} tg3x2: " in capsys.readouterr().out
     assert main(["bench", "-m", model, "--npl", "0,2"]) == 2
     assert "--npl takes batch sizes >= 1" in capsys.readouterr().err
+
+
+# -- masked diffusion ----------------------------------------------------------------------------
+
+PROMPTS_TEXT = ["Once upon a time", "The dog ran", "Lily"]
+
+
+@pytest.mark.parametrize("name, options", [
+    ("stories5m-mdm", dict(steps=8)),
+    ("stories5m-mdm", dict(steps=[8, 8, 12], temperature=0.8, seed=[1, 2, 3], cache=[None, "dual", "prefix"],
+                           block_length=8)),
+    ("stories5m-mdm", dict(steps=16, threshold=0.5, cfg_scale=[0, 1.5, 0])),
+    ("stories5m-bd", dict(steps=8)),
+])
+def test_a_diffusion_batch_gives_each_prompt_what_it_gives_alone(name, options):
+    model = tinydiff.load(name)
+    lengths = [16, 8, 24] if isinstance(options["steps"], list) else 16
+    each = [{k: v[i] if isinstance(v, list) else v for k, v in options.items()} for i in range(3)]
+    alone = [model.denoise(p, n, **o) for p, n, o in zip(PROMPTS_TEXT, np.broadcast_to(lengths, 3), each)]
+    assert model.denoise(PROMPTS_TEXT, lengths, **options) == alone
+
+
+def test_a_diffusion_batch_runs_one_pass_a_step_for_all():
+    model = tinydiff.load("stories5m-mdm")
+    ids = [model.encode_prompt(p) for p in PROMPTS_TEXT]
+    with tinydiff.Ledger() as led:
+        model.denoise_ids(ids, 8, steps=4, eos="keep")
+    assert [p["tokens"] for p in led.passes] == [sum(len(i) + 8 for i in ids)] * 4
+    with tinydiff.Ledger() as one:
+        model.denoise_ids(ids[0], 8, steps=4, eos="keep")
+    assert led.passes[0]["by_op"]["mlp"]["bytes"]["weights"] == one.passes[0]["by_op"]["mlp"]["bytes"]["weights"]
+
+
+def test_bad_diffusion_batches():
+    model = tinydiff.load("stories5m-mdm")
+    with pytest.raises(UsageError, match="gen_length: 2 values for 3 prompts"):
+        model.denoise(PROMPTS_TEXT, [8, 8])
+    with pytest.raises(UsageError, match="on_step follows one run"):
+        model.denoise(PROMPTS_TEXT, 8, on_step=print)
+    with pytest.raises(UsageError, match="steps=9 is more than gen_length=8"):
+        model.denoise(PROMPTS_TEXT, 8, steps=[8, 9, 8])

@@ -131,7 +131,7 @@ def test_the_block_elbo_estimator_is_unbiased(ar):
     import itertools
     import math
 
-    from tinydiff.decoding.diffusion import _block_logits
+    from tinydiff.decoding.diffusion import block_logits
     from tinydiff.training.evaluate import block_masked_losses, log_softmax
     m = as_block_model(ar)
     t, canvas, first, b = m.transformer, np.array([5, 17, 42, 9, 77, 3, 120]), 2, 3   # blocks [2,5), [5,7)
@@ -145,7 +145,7 @@ def test_the_block_elbo_estimator_is_unbiased(ar):
                 last = t.forward(canvas[None, :lo], state, 0, last_only=True)
                 x = canvas.copy()
                 x[list(S)] = 319
-                lp = log_softmax(_block_logits(t, x[None], state, lo, hi, last)[0].astype(np.float64))
+                lp = log_softmax(block_logits(t, x[None], state, lo, hi, last)[0].astype(np.float64))
                 nll = -sum(lp[i - lo, canvas[i]] for i in S)
                 exact += nll / size / math.comb(n, size)             # sum over S of nll(S) / (l C(m, l))
     est = block_masked_losses(t, canvas, first, 4000, 319, np.random.default_rng(0), b)

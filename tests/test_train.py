@@ -362,7 +362,7 @@ def test_the_block_objective_predicts_as_block_decoding_does(block_run):
     import torch
 
     import tinydiff
-    from tinydiff.decoding.diffusion import _block_logits
+    from tinydiff.decoding.diffusion import block_logits
     folder = str(block_run / "model")
     cfg = json.load(open(os.path.join(folder, "config.json")))
     net = train.build_model(torch, cfg)
@@ -379,7 +379,7 @@ def test_the_block_objective_predicts_as_block_decoding_does(block_run):
     t = tinydiff.load(folder).transformer
     state = t.state(L)
     last = t.forward(x[:, :lo].numpy(), state, 0, last_only=True)              # the prompt, causally
-    got = _block_logits(t, xt.numpy(), state, lo, lo + b, last)[0]
+    got = block_logits(t, xt.numpy(), state, lo, lo + b, last)[0]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
 
 

@@ -344,6 +344,11 @@ class Model:
     def denoise_steps(self, ids, gen_length=128, fixed=None, **options):
         """Yields a diffusion.Step per forward pass, then the diffusion.Denoised. ids: the prompt, or
         with fixed (a bool per id, True = keep) a canvas whose other positions are holes."""
+        return diffusion.denoise_steps(self.transformer, *self._job(ids, gen_length, fixed, options), self.mask_id,
+                                       self.stop_ids)
+
+    def _job(self, ids, gen_length, fixed, options):
+        """(canvas, given, start, Options) of a denoising run, every argument checked."""
         if (self.config.block_size and options.get("block_size") is None and options.get("block_length") is None
                 and fixed is None):
             options["block_size"] = self.config.block_size              # a block-diffusion model's own
@@ -356,18 +361,39 @@ class Model:
             raise UsageError("block_size decodes a continuation block by block; an infill has given text after "
                              "its holes (use block_length)")
         self._check_plan(int((~given).sum()), o, what)
-        return diffusion.denoise_steps(self.transformer, canvas, given, start, o, mask_id, self.stop_ids)
+        return canvas, given, start, o
 
     def denoise_result(self, ids, gen_length=128, *, on_step=None, fixed=None, **options):
         """The diffusion.Denoised of a run, calling on_step(step, canvas_ids, committed_mask) after each step."""
         return diffusion.to_the_end(self.denoise_steps(ids, gen_length, fixed, **options), on_step)
 
     def denoise_ids(self, ids, gen_length=128, *, on_step=None, **options):
-        """The generated ids (up to and including the first EOS with eos="stop")."""
-        return self.denoise_result(ids, gen_length, on_step=on_step, **options).ids
+        """The generated ids (up to and including the first EOS with eos="stop").
+
+        ids may be a list of prompts (each a list of ids): they are denoised as one batch, each
+        pass one forward for all (decoding.diffusion.denoise_together), and the result is a list,
+        equal to denoising each alone; gen_length and every option may then be one value for all
+        or a list with one per prompt."""
+        if not _is_batch(ids):
+            return self.denoise_result(ids, gen_length, on_step=on_step, **options).ids
+        if on_step is not None:
+            raise UsageError("on_step follows one run: denoise a batch without it")
+        n = len(ids)
+        lengths = _per_prompt(gen_length, n, "gen_length")
+        options = {name: _per_prompt(value, n, name) for name, value in options.items()}
+        jobs = [self._job(p, m, None, {k: v[i] for k, v in options.items()}) for i, (p, m) in enumerate(zip(ids, lengths))]
+        out = [None] * n
+        for i, item in diffusion.denoise_together(self.transformer, jobs, self.mask_id, self.stop_ids):
+            if isinstance(item, diffusion.Denoised):
+                out[i] = item.ids
+        return out
 
     def denoise(self, prompt, gen_length=128, *, on_step=None, **options):
-        """The generated text: the prompt followed by gen_length masks, denoised step by step."""
+        """The generated text: the prompt followed by gen_length masks, denoised step by step. A
+        list of prompts is denoised as one batch (denoise_ids) and gives a list of texts."""
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt):
+            ids = self.denoise_ids([self.encode_prompt(p) for p in prompt], gen_length, on_step=on_step, **options)
+            return [self.text(i) for i in ids]
         return self.text(self.denoise_ids(self.encode_prompt(prompt), gen_length, on_step=on_step, **options))
 
     def denoise_stream(self, prompt, gen_length=128, **options):

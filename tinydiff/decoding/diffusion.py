@@ -5,7 +5,9 @@ pass: it predicts a token for every masked position, commits some of them, and l
 masked for the next step. Blocks make it semi-autoregressive: the masked positions are taken
 block_length at a time, left to right, and a step only ever commits positions of the current block.
 block_length=1 with one step per block is plain left-to-right decoding again. denoise_steps runs a
-Transformer (its canvas_logits) on a canvas and Options that model.py has checked.
+Transformer on a canvas and Options that model.py has checked: the denoiser asks for each pass
+(Pass, CanvasPass) and is sent its logits, so one loop serves a single canvas (denoise_steps) and
+many at once, one forward for all (denoise_together).
 
 How many positions a step commits:
   schedule="uniform"   the block's tokens spread evenly over its steps, the remainder on the first
@@ -72,6 +74,7 @@ block_length holes, left to right.
 """
 import re
 import time
+from collections import namedtuple
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -79,6 +82,7 @@ import numpy as np
 
 from ..engine import cost, ledger
 from ..engine.masks import BIDIRECTIONAL, CAUSAL
+from ..engine.transformer import canvas_pass, canvas_rows
 from ..errors import UsageError, check_all, from_keywords, is_integer, is_number
 from .sampling import gumbel_max, restrict
 
@@ -253,42 +257,134 @@ def mask_token_id(config, tokenizer):
 
 # -- the run -----------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Pass:
+    """A forward pass a denoiser asks for (Transformer.forward's arguments): ids [B, n] at positions
+    start.., attending to cache slots 0..kv_len-1 (None: up to the last new one) under mask."""
+    ids: np.ndarray
+    start: int
+    kv_len: Optional[int]
+    mask: object
+    last_only: bool = False
+
+
+@dataclass(frozen=True)
+class CanvasPass:
+    """A bidirectional pass for rows start..end-1 of canvas [B, L], the rest read from the cache
+    (Transformer.canvas_logits, Dream's shift included); its reply is logits [B, end-start, V]."""
+    canvas: np.ndarray
+    start: int
+    end: int
+
+
 def denoise_steps(transformer, canvas, given, start, options, mask_id, stop_ids):
     """Denoises canvas [L] (int64, mask_id at every hole; given [L] bool: the positions that never
     change) step by step; yields a Step per forward pass, then a Denoised whose ids start at
     canvas position `start`. options: an Options whose steps and block_length fit the holes
     (Model checks them). stop_ids: the EOS ids."""
-    o = options
-    holes = plan(np.flatnonzero(~given), o.steps, o.block_size or o.block_length)
-    return _denoise(transformer, canvas, given, start, holes, o, mask_id, np.asarray(sorted(stop_ids), np.int64))
+    run = _denoise(transformer.config, canvas, given, start, options, mask_id, stop_ids)
+    state = transformer.state(len(canvas), batch=1 + bool(options.cfg_scale))
+    reply = None
+    while True:                                                      # run each pass the denoiser asks for
+        item = run.send(reply)
+        if isinstance(item, Pass):
+            reply = transformer.forward(item.ids, state, item.start, item.kv_len, item.mask, item.last_only)
+            continue
+        if isinstance(item, CanvasPass):
+            reply = transformer.canvas_logits(item.canvas, state, item.start, item.end)
+            continue
+        reply = None
+        yield item
+        if isinstance(item, Denoised):
+            return
 
 
-def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
+def denoise_together(transformer, jobs, mask_id, stop_ids):
+    """Denoises several canvases at once, each pass one forward for all that ask for the same kind
+    (Transformer.forward with ragged sequences: canvases of any lengths, each at its own positions
+    and cache rows), so the weights are read once a step for all of them. jobs: [(canvas, given,
+    start, options)], each as denoise_steps takes them (its own steps, seed, ...). Yields (i, item)
+    for job i's Steps and its Denoised, each equal to what the job gives alone."""
+    runs = [_denoise(transformer.config, c, g, s, o, mask_id, stop_ids) for c, g, s, o in jobs]
+    rows = [1 + bool(o.cfg_scale) for *_, o in jobs]                 # cache rows of each job (guidance: 2)
+    row0 = np.cumsum([0] + rows)                                     # job i's cache rows are row0[i]..row0[i+1]-1
+    state = transformer.state(max(len(c) for c, *_ in jobs), batch=int(row0[-1]))
+    replies, live = [None] * len(jobs), list(range(len(jobs)))
+    while live:
+        asks = {}
+        for i in list(live):                                         # each job to its next pass, or its end
+            while not isinstance(item := runs[i].send(replies[i]), (Pass, CanvasPass)):
+                replies[i] = None
+                yield i, item
+                if isinstance(item, Denoised):
+                    live.remove(i)
+                    break
+            else:
+                asks[i] = _as_pass(transformer.config, item)
+        kinds = {}
+        for i, p in asks.items():
+            kinds.setdefault((p.mask, p.last_only), []).append(i)
+        for (mask, last_only), group in kinds.items():               # one forward for every job of a kind
+            seqs, starts, kv_lens, slots = [], [], [], []
+            for i in group:
+                p = asks[i]
+                seqs += list(p.ids)
+                starts += [p.start] * rows[i]
+                kv_lens += [p.start + p.ids.shape[1] if p.kv_len is None else p.kv_len] * rows[i]
+                slots += range(row0[i], row0[i + 1])
+            logits = transformer.forward(seqs, state, starts, kv_lens, mask, last_only, slots)
+            at = 0
+            for i in group:
+                p = asks[i]
+                n = rows[i] * (1 if last_only else p.ids.shape[1])
+                replies[i], at = logits[at:at + n], at + n
+                if p.rows is not None:                               # a canvas pass: its rows as canvas_logits gives them
+                    first, start = p.rows
+                    replies[i] = canvas_rows(transformer.config, replies[i].reshape(rows[i], -1, logits.shape[-1]),
+                                             first, start)
+
+
+def _as_pass(config, ask):
+    """A Pass (or CanvasPass, as the forward it is) with `rows`: (first, start) to shift a canvas
+    pass's logits back as canvas_logits does, None for a plain pass."""
+    if isinstance(ask, Pass):
+        return _Forward(ask.ids, ask.start, ask.kv_len, ask.mask, ask.last_only, None)
+    first, end = canvas_pass(config, ask.start, ask.end)
+    return _Forward(ask.canvas[:, first:end], first, ask.canvas.shape[1], BIDIRECTIONAL, False, (first, ask.start))
+
+
+_Forward = namedtuple("_Forward", "ids start kv_len mask last_only rows")
+
+
+def _denoise(config, canvas, given, start, o, mask_id, stop_ids):
+    """The denoiser: yields a Pass whenever it needs logits (and is sent them back: [B*n, V], or
+    [B, V] with last_only), a Step after each step, then the Denoised."""
+    plan_ = plan(np.flatnonzero(~given), o.steps, o.block_size or o.block_length)
+    stop_ids = np.asarray(sorted(stop_ids), np.int64)
     L = len(canvas)
     banned = [mask_id] + (stop_ids.tolist() if o.eos == "suppress" else [])
     rng = np.random.default_rng(o.seed)
     x = canvas[None].copy()                                          # [B, L]: row 0 is the canvas
     if o.cfg_scale:                                                  # row 1: nothing given, the unconditional input
         x = np.stack([canvas, np.where(given, mask_id, canvas)])
-    state = transformer.state(L, batch=len(x))
     exact = o.block_size is not None                                 # block diffusion: an exact KV cache
     passes, commits, saved, t_run = 0, [], 0, time.perf_counter()
     if exact:                                                        # the prompt, causally, into the cache
-        last = transformer.forward(x[:, :start], state, 0, last_only=True)   # [B, V] its last row
+        last = yield Pass(x[:, :start], 0, None, CAUSAL, last_only=True)   # [B, V] its last row
         passes += 1
 
-    for b, block in enumerate(plan.blocks):
+    for b, block in enumerate(plan_.blocks):
         lo, hi = int(block[0]), int(block[-1]) + 1
-        counts = _uniform_counts(len(block), plan.steps_per_block)
-        for s in range(plan.steps_per_block):
+        counts = _uniform_counts(len(block), plan_.steps_per_block)
+        for s in range(plan_.steps_per_block):
             t_step = time.perf_counter()
             span = (lo, hi) if exact else _span(o.cache, s, lo, hi, L)
-            logits = (_block_logits(transformer, x, state, lo, hi, last) if exact
-                      else transformer.canvas_logits(x, state, *span))  # [B, span, V]
+            logits = (yield from _block_logits(config, x, lo, hi, last)) if exact \
+                else (yield CanvasPass(x, *span))                   # [B, span, V]
             passes += 1
             todo = block[x[0, block] == mask_id]                     # [m] masked positions of the block
             tokens, conf, entropy = _predict(logits[:, todo - span[0]], o, rng, banned)
-            chosen = _choose(o, conf, entropy, _count(o, s, plan.steps_per_block, counts, len(todo)), rng)
+            chosen = _choose(o, conf, entropy, _count(o, s, plan_.steps_per_block, counts, len(todo)), rng)
             pick = todo[chosen]
             x[:, pick] = tokens[chosen]
             commits.append(len(pick))
@@ -296,11 +392,11 @@ def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
                        time.perf_counter() - t_step)
             if len(pick) == len(todo):
                 break
-        if o.eos == "stop" and _stop_at_eos(x, block, plan.blocks, stop_ids):
-            saved = (len(plan.blocks) - b - 1) * plan.steps_per_block
+        if o.eos == "stop" and _stop_at_eos(x, block, plan_.blocks, stop_ids):
+            saved = (len(plan_.blocks) - b - 1) * plan_.steps_per_block
             break
-        if exact and b + 1 < len(plan.blocks):                       # the clean block's K/V, once, causally,
-            last = transformer.forward(x[:, lo:hi], state, lo, mask=CAUSAL, last_only=True)  # for the next
+        if exact and b + 1 < len(plan_.blocks):                      # the clean block's K/V, once, causally,
+            last = yield Pass(x[:, lo:hi], lo, None, CAUSAL, last_only=True)  # for the next
             passes += 1
 
     out = x[0, start:]
@@ -310,14 +406,24 @@ def _denoise(transformer, canvas, given, start, plan, o, mask_id, stop_ids):
     yield Denoised(out.tolist(), x[0].copy(), passes, saved, commits, time.perf_counter() - t_run)
 
 
-def _block_logits(transformer, x, state, lo, hi, last):
+def block_logits(transformer, x, state, lo, hi, last):
+    """_block_logits with its pass run on transformer and state (the evaluator's and tests' use)."""
+    run = _block_logits(transformer.config, x, lo, hi, last)
+    p = next(run)
+    try:
+        run.send(transformer.forward(p.ids, state, p.start, p.kv_len, p.mask, p.last_only))
+    except StopIteration as done:
+        return done.value
+
+
+def _block_logits(config, x, lo, hi, last):
     """Block diffusion: the distributions [B, hi-lo, V] of block lo..hi-1, which sees the cached
     clean blocks before it and itself (kv_len = hi), never a later block. For a model whose row i
     predicts position i+1 (Dream's shift, an AR model read as one) position lo's comes from `last`,
     the last row of the pass that cached the clean prefix, so no clean position is recomputed."""
     B = len(x)
-    rows = transformer.forward(x[:, lo:hi], state, lo, kv_len=hi, mask=BIDIRECTIONAL).reshape(B, hi - lo, -1)
-    if transformer.config.shifted_logits:
+    rows = (yield Pass(x[:, lo:hi], lo, hi, BIDIRECTIONAL)).reshape(B, hi - lo, -1)
+    if config.shifted_logits:
         rows = np.concatenate([last[:, None], rows[:, :-1]], axis=1)
     return rows
 

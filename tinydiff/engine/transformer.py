@@ -214,41 +214,49 @@ class Transformer:
 
         Batched decoding: start may give each sequence its own first position ([B] ints), and slots
         the State's sequence each row of ids is (default 0..B-1), so sequences of different
-        lengths, any subset of the State's, share one pass: the weights are read once for all."""
+        lengths, any subset of the State's, share one pass: the weights are read once for all.
+        ids may also be a list of B sequences of their own lengths (ragged: canvases of different
+        sizes); the logits are then their rows one sequence after another [sum of lengths, V]."""
         if state.owner is not self:
             raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
         with self.pool:
             run = state.decode
-            if run is not None and slots is None and np.ndim(start) == 0 and ids.shape[1] <= min(run.rows, K.MAX_LAYER_ROWS):
+            if (run is not None and slots is None and np.ndim(start) == 0 and not isinstance(ids, list)
+                    and ids.shape[1] <= min(run.rows, K.MAX_LAYER_ROWS)):
                 return self.decode(ids[0], state, start, kv_len, mask, last_only)   # the loop below, in C
             return self.layers(ids, state, start, kv_len, mask, last_only, slots)
 
     def layers(self, ids, state, start, kv_len, mask, last_only, slots=None):
-        """forward's pass, kernel by kernel: the readable definition."""
+        """forward's pass, kernel by kernel: the readable definition. ids [B, n], or a list of B
+        sequences of their own lengths (ragged: a batch of canvases of different sizes), whose rows
+        run one after another through the same matmuls."""
         cfg, w, cache, buf = self.config, self.weights, state.cache, state.buf
-        B, n = ids.shape
+        lens = np.array([len(a) for a in ids] if isinstance(ids, list) else [ids.shape[1]] * len(ids))  # [B]
+        ends = np.cumsum(lens)                                           # [B] each sequence's rows end here
+        B, N = len(lens), int(ends[-1]) if len(lens) else 0
         starts = np.broadcast_to(np.asarray(start, np.int64), (B,))      # [B] each sequence's first position
-        kv_lens = starts + n if kv_len is None else np.broadcast_to(np.asarray(kv_len, np.int64), (B,))  # [B]
+        kv_lens = starts + lens if kv_len is None else np.broadcast_to(np.asarray(kv_len, np.int64), (B,))  # [B]
         slots = range(B) if slots is None else slots                     # [B] the cache sequence of each
         H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
-        pos = (starts[:, None] + np.arange(n)).reshape(-1)              # [Bn] positions, for RoPE
+        pos = np.concatenate([np.arange(s, s + m) for s, m in zip(starts, lens)])   # [N] positions, for RoPE
         paged = isinstance(cache, PagedKVCache)
-        x, h, q, k, v = buf.x[:B * n], buf.h[:B * n], buf.q[:B * n], buf.k[:B * n], buf.v[:B * n]
-        att, gate, up = buf.att[:B * n], buf.gate[:B * n], buf.up[:B * n]
-        ledger.begin_pass(tokens=B * n)
-        K.embedding(w.embed_tokens, ids.reshape(-1), out=x)             # [Bn, d]
+        x, h, q, k, v = buf.x[:N], buf.h[:N], buf.q[:N], buf.k[:N], buf.v[:N]
+        att, gate, up = buf.att[:N], buf.gate[:N], buf.up[:N]
+        ledger.begin_pass(tokens=N)
+        K.embedding(w.embed_tokens, np.concatenate(list(ids)) if isinstance(ids, list) else ids.reshape(-1),
+                    out=x)                                              # [N, d]
 
         for l, lw in enumerate(w.layers):
             # attention: x += o_proj(attention(rope(q), rope(k), v))
-            K.rmsnorm(x, lw.input_layernorm, eps, out=h, op="norm")     # [Bn, d]
-            K.matmuls(h, (lw.q_proj, lw.k_proj, lw.v_proj), (q, k, v), op="matmul")  # [Bn, H*hd], 2x [Bn, KVH*hd]
+            K.rmsnorm(x, lw.input_layernorm, eps, out=h, op="norm")     # [N, d]
+            K.matmuls(h, (lw.q_proj, lw.k_proj, lw.v_proj), (q, k, v), op="matmul")  # [N, H*hd], 2x [N, KVH*hd]
             if lw.q_bias is not None:
                 K.add_bias(q, lw.q_bias, op="matmul")
                 K.add_bias(k, lw.k_bias, op="matmul")
                 K.add_bias(v, lw.v_bias, op="matmul")
-            K.rope_qk(q.reshape(B * n, H, hd), k.reshape(B * n, KVH, hd), pos, self.inv_freq, op="rope")
-            for b, (slot, s, t) in enumerate(zip(slots, starts, kv_lens)):
-                rows = slice(b * n, (b + 1) * n)
+            K.rope_qk(q.reshape(N, H, hd), k.reshape(N, KVH, hd), pos, self.inv_freq, op="rope")
+            for slot, s, t, n, end in zip(slots, starts, kv_lens, lens, ends):
+                rows = slice(end - n, end)
                 if paged:                                               # the pool rows of positions s..s+n-1
                     table = cache.tables[slot]
                     at = table[pos[rows] // K.PAGE] * K.PAGE + pos[rows] % K.PAGE
@@ -265,20 +273,20 @@ class Transformer:
                             cache.v[l, slot, :t].reshape(t, KVH, hd),
                             out=att[rows].reshape(n, H, hd), mask=mask, q_pos0=s,
                             op="attention")                             # [n, H, hd]
-            K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True) # x += [Bn, d]
+            K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True) # x += [N, d]
             if lw.o_bias is not None:
                 K.add_bias(x, lw.o_bias, op="matmul")
 
             # MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x))
-            K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h, op="norm")  # [Bn, d]
-            K.matmuls(h, (lw.gate_proj, lw.up_proj), (gate, up), op="mlp")  # 2x [Bn, f]
-            K.silu_mul(gate, up, out=gate, op="mlp")                    # [Bn, f]
-            K.matmul(gate, lw.down_proj, out=x, op="mlp", residual=True)  # x += [Bn, d]
+            K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h, op="norm")  # [N, d]
+            K.matmuls(h, (lw.gate_proj, lw.up_proj), (gate, up), op="mlp")  # 2x [N, f]
+            K.silu_mul(gate, up, out=gate, op="mlp")                    # [N, f]
+            K.matmul(gate, lw.down_proj, out=x, op="mlp", residual=True)  # x += [N, d]
 
         if last_only:
-            x = x.reshape(B, n, -1)[:, -1]                              # [B, d]
-        out = K.rmsnorm(x, w.norm, eps, op="norm")                      # [Bn or B, d]
-        return K.matmul(out, w.lm_head, op="lm_head")                   # [Bn or B, V]
+            x = x[ends - 1]                                             # [B, d] each sequence's last row
+        out = K.rmsnorm(x, w.norm, eps, op="norm")                      # [N or B, d]
+        return K.matmul(out, w.lm_head, op="lm_head")                   # [N or B, V]
 
     def decode(self, ids, state, pos, kv_len=None, mask=CAUSAL, last_only=False):
         """layers() for a few new tokens ids [n] of one sequence at positions pos.., each layer one
@@ -302,14 +310,23 @@ class Transformer:
         canvas positions; the slots outside [start, end) are read from the cache as an earlier pass
         left them. start=0, end=None is a full, uncached pass. Row i is the distribution of the token
         at position start+i: for a model that predicts position i from row i-1 (Dream), one more
-        position is recomputed on the left and the rows shifted."""
+        position is recomputed on the left and the rows shifted (canvas_pass, canvas_rows)."""
         B, L = canvas.shape
-        end = L if end is None else end
-        shifted = self.config.shifted_logits
-        first = start - 1 if shifted and start > 0 else start
-        n = end - first
+        first, end = canvas_pass(self.config, start, L if end is None else end)
         logits = self.forward(canvas[:, first:end], state, first, kv_len=L, mask=BIDIRECTIONAL)
-        logits = logits.reshape(B, n, -1)                               # [B, n, V]
-        if shifted:                                                     # row i <- row i-1; row 0 keeps its own
-            logits = logits[:, :-1] if first < start else np.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
+        return canvas_rows(self.config, logits.reshape(B, end - first, -1), first, start)
+
+
+def canvas_pass(config, start, end):
+    """(first, end): the positions a bidirectional pass recomputes for the rows start..end-1: one
+    more on the left for a model whose row i predicts position i+1 (Dream's shifted logits)."""
+    return (start - 1 if config.shifted_logits and start > 0 else start), end
+
+
+def canvas_rows(config, logits, first, start):
+    """That pass's logits [B, n, V] as rows start..end-1, row i the distribution of position i."""
+    if not config.shifted_logits:
         return logits
+    if first < start:                                                   # row i <- row i-1
+        return logits[:, :-1]
+    return np.concatenate([logits[:, :1], logits[:, :-1]], axis=1)      # row 0 keeps its own
