@@ -252,8 +252,9 @@ def test_bench_json_has_each_test_with_its_ledger_costs(capsys, fixed_roofline):
     assert pp["flops"] == cost(model.config, 16, 0, CAUSAL)["flops"]
     assert tg["flops"] == sum(cost(model.config, 1, i, CAUSAL)["flops"] for i in range(1, 5))
     assert dd["flops"] == 2 * cost(model.config, 16, 0, BIDIRECTIONAL)["flops"]
-    # the one-token prompt; then per block of 8, two steps seeing the cache and the block
-    blocks = [cost(model.config, 8, lo, BIDIRECTIONAL)["flops"] * 2 for lo in (1, 9)]
+    # the one-token prompt; then per block of 8, two steps seeing the cache and the block, the LM
+    # head on the block's masked positions (8, then 4)
+    blocks = [cost(model.config, 8, lo, BIDIRECTIONAL, logit_rows=k)["flops"] for lo in (1, 9) for k in (8, 4)]
     blocks.append(cost(model.config, 8, 1, CAUSAL)["flops"])        # the first block's clean pass; the last has none
     scored = tinydiff.cost.sampling(2 * (8 + 4), model.config.vocab_size)[0]   # each step's masked rows
     assert bd["flops"] == cost(model.config, 1, 0, CAUSAL)["flops"] + sum(blocks) + scored and bd["tokens"] == 16

@@ -48,7 +48,8 @@ def test_full_canvas_diffusion_steps_equal_the_cost_model(diffusion_model):
     with Ledger() as led:
         m.denoise_ids(ids, 8, steps=4, eos="keep")
     L = len(ids) + 8
-    assert led.passes == [cost.forward(m.config, L, 0, BIDIRECTIONAL)] * 4
+    # the LM head on the masked positions only: 8, 6, 4, 2 as two are committed a step
+    assert led.passes == [cost.forward(m.config, L, 0, BIDIRECTIONAL, logit_rows=k) for k in (8, 6, 4, 2)]
 
 
 @pytest.mark.parametrize("cache", ["prefix", "dual"])
@@ -62,11 +63,11 @@ def test_each_cache_mode_equals_the_cost_model_and_does_less_after_a_blocks_firs
     expected = []
     for b in range(gen // block):
         start = P + b * block
-        expected.append(cost.forward(m.config, L, 0, BIDIRECTIONAL))                # full: refreshes the cache
-        if cache == "prefix":
-            expected.append(cost.forward(m.config, L - start, start, BIDIRECTIONAL))  # the block and after
+        expected.append(cost.forward(m.config, L, 0, BIDIRECTIONAL, logit_rows=4))  # full: refreshes the cache
+        if cache == "prefix":                                        # then logits for the 2 still masked
+            expected.append(cost.forward(m.config, L - start, start, BIDIRECTIONAL, logit_rows=2))  # block and after
         else:
-            expected.append(cost.forward(m.config, block, start, BIDIRECTIONAL, n_kv=L))  # the block alone
+            expected.append(cost.forward(m.config, block, start, BIDIRECTIONAL, n_kv=L, logit_rows=2))  # the block
     assert led.passes == expected
     full = expected[0]["flops"]
     assert all(p["flops"] < full for p in led.passes[1::2])
@@ -77,7 +78,7 @@ def test_guidance_runs_both_rows_in_one_pass(diffusion_model):
     ids = m.tokenizer.encode("Once upon a time")
     with Ledger() as led:
         m.denoise_ids(ids, 4, steps=2, cfg_scale=1.0, eos="keep")
-    assert led.passes == [cost.forward(m.config, len(ids) + 4, 0, BIDIRECTIONAL, batch=2)] * 2
+    assert led.passes == [cost.forward(m.config, len(ids) + 4, 0, BIDIRECTIONAL, batch=2, logit_rows=k) for k in (4, 2)]
 
 
 def test_decode_reads_every_weight_once_and_prefill_does_not_read_them_more():

@@ -82,7 +82,7 @@ import numpy as np
 
 from ..engine import cost, ledger
 from ..engine.masks import BIDIRECTIONAL, CAUSAL
-from ..engine.transformer import canvas_pass, canvas_rows
+from ..engine.transformer import canvas_pass, canvas_rows, source_rows
 from ..errors import UsageError, check_all, from_keywords, is_integer, is_number
 from .sampling import gumbel_max, restrict
 
@@ -260,21 +260,25 @@ def mask_token_id(config, tokenizer):
 @dataclass(frozen=True)
 class Pass:
     """A forward pass a denoiser asks for (Transformer.forward's arguments): ids [B, n] at positions
-    start.., attending to cache slots 0..kv_len-1 (None: up to the last new one) under mask."""
+    start.., attending to cache slots 0..kv_len-1 (None: up to the last new one) under mask; the
+    logits of each sequence's last row (last_only), of the rows out_rows (of the B*n), or all."""
     ids: np.ndarray
     start: int
     kv_len: Optional[int]
     mask: object
     last_only: bool = False
+    out_rows: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
 class CanvasPass:
     """A bidirectional pass for rows start..end-1 of canvas [B, L], the rest read from the cache
-    (Transformer.canvas_logits, Dream's shift included); its reply is logits [B, end-start, V]."""
+    (Transformer.canvas_logits, Dream's shift included); its reply is logits [B, end-start, V], or
+    [B, len(want), V] for the positions want alone."""
     canvas: np.ndarray
     start: int
     end: int
+    want: Optional[np.ndarray] = None
 
 
 def denoise_steps(transformer, canvas, given, start, options, mask_id, stop_ids):
@@ -288,10 +292,11 @@ def denoise_steps(transformer, canvas, given, start, options, mask_id, stop_ids)
     while True:                                                      # run each pass the denoiser asks for
         item = run.send(reply)
         if isinstance(item, Pass):
-            reply = transformer.forward(item.ids, state, item.start, item.kv_len, item.mask, item.last_only)
+            reply = transformer.forward(item.ids, state, item.start, item.kv_len, item.mask, item.last_only,
+                                        out_rows=item.out_rows)
             continue
         if isinstance(item, CanvasPass):
-            reply = transformer.canvas_logits(item.canvas, state, item.start, item.end)
+            reply = transformer.canvas_logits(item.canvas, state, item.start, item.end, item.want)
             continue
         reply = None
         yield item
@@ -300,12 +305,14 @@ def denoise_steps(transformer, canvas, given, start, options, mask_id, stop_ids)
 
 
 def denoise_together(transformer, jobs, mask_id, stop_ids):
-    """Denoises several canvases at once, each pass one forward for all that ask for the same kind
+    """Denoises several canvases at once, each pass one forward for all that ask for the same mask
     (Transformer.forward with ragged sequences: canvases of any lengths, each at its own positions
-    and cache rows), so the weights are read once a step for all of them. jobs: [(canvas, given,
-    start, options)], each as denoise_steps takes them (its own steps, seed, ...). Yields (i, item)
-    for job i's Steps and its Denoised, each equal to what the job gives alone."""
-    runs = [_denoise(transformer.config, c, g, s, o, mask_id, stop_ids) for c, g, s, o in jobs]
+    and cache rows, the LM head on the rows each asks for), so the weights are read once a step for
+    all of them. jobs: [(canvas, given, start, options)], each as denoise_steps takes them (its own
+    steps, seed, ...). Yields (i, item) for job i's Steps and its Denoised, each equal to what the
+    job gives alone."""
+    cfg = transformer.config
+    runs = [_denoise(cfg, c, g, s, o, mask_id, stop_ids) for c, g, s, o in jobs]
     rows = [1 + bool(o.cfg_scale) for *_, o in jobs]                 # cache rows of each job (guidance: 2)
     row0 = np.cumsum([0] + rows)                                     # job i's cache rows are row0[i]..row0[i+1]-1
     state = transformer.state(max(len(c) for c, *_ in jobs), batch=int(row0[-1]))
@@ -320,40 +327,46 @@ def denoise_together(transformer, jobs, mask_id, stop_ids):
                     live.remove(i)
                     break
             else:
-                asks[i] = _as_pass(transformer.config, item)
-        kinds = {}
-        for i, p in asks.items():
-            kinds.setdefault((p.mask, p.last_only), []).append(i)
-        for (mask, last_only), group in kinds.items():               # one forward for every job of a kind
-            seqs, starts, kv_lens, slots = [], [], [], []
+                asks[i] = _as_forward(cfg, item)
+        groups = {}
+        for i, f in asks.items():
+            groups.setdefault(f.mask, []).append(i)
+        for mask, group in groups.items():                           # one forward for every job of a mask
+            seqs, starts, kv_lens, slots, out, base = [], [], [], [], [], 0
             for i in group:
-                p = asks[i]
-                seqs += list(p.ids)
-                starts += [p.start] * rows[i]
-                kv_lens += [p.start + p.ids.shape[1] if p.kv_len is None else p.kv_len] * rows[i]
+                f = asks[i]
+                seqs += list(f.ids)
+                starts += [f.start] * rows[i]
+                kv_lens += [f.start + f.ids.shape[1] if f.kv_len is None else f.kv_len] * rows[i]
                 slots += range(row0[i], row0[i + 1])
-            logits = transformer.forward(seqs, state, starts, kv_lens, mask, last_only, slots)
+                out.append(base + f.out_rows)
+                base += f.ids.size
+            logits = transformer.forward(seqs, state, starts, kv_lens, mask, slots=slots, out_rows=np.concatenate(out))
             at = 0
-            for i in group:
-                p = asks[i]
-                n = rows[i] * (1 if last_only else p.ids.shape[1])
-                replies[i], at = logits[at:at + n], at + n
-                if p.rows is not None:                               # a canvas pass: its rows as canvas_logits gives them
-                    first, start = p.rows
-                    replies[i] = canvas_rows(transformer.config, replies[i].reshape(rows[i], -1, logits.shape[-1]),
-                                             first, start)
+            for i, o in zip(group, out):
+                replies[i], at = asks[i].shape(logits[at:at + len(o)]), at + len(o)
 
 
-def _as_pass(config, ask):
-    """A Pass (or CanvasPass, as the forward it is) with `rows`: (first, start) to shift a canvas
-    pass's logits back as canvas_logits does, None for a plain pass."""
+_Forward = namedtuple("_Forward", "ids start kv_len mask out_rows shape")
+
+
+def _as_forward(config, ask):
+    """A Pass or CanvasPass as a forward of its own: ids, start, kv_len, mask, the rows (of its
+    B*n) whose logits it needs, and how to give them back as it would get them alone."""
     if isinstance(ask, Pass):
-        return _Forward(ask.ids, ask.start, ask.kv_len, ask.mask, ask.last_only, None)
+        B, n = ask.ids.shape
+        rows = ask.out_rows if ask.out_rows is not None else \
+            (np.arange(B) * n + n - 1 if ask.last_only else np.arange(B * n))
+        return _Forward(ask.ids, ask.start, ask.kv_len, ask.mask, rows, lambda logits: logits)
+    B, L = ask.canvas.shape
     first, end = canvas_pass(config, ask.start, ask.end)
-    return _Forward(ask.canvas[:, first:end], first, ask.canvas.shape[1], BIDIRECTIONAL, False, (first, ask.start))
-
-
-_Forward = namedtuple("_Forward", "ids start kv_len mask last_only rows")
+    n = end - first
+    if ask.want is not None:
+        rows = (np.arange(B)[:, None] * n + source_rows(config, ask.want, first)).reshape(-1)
+        return _Forward(ask.canvas[:, first:end], first, L, BIDIRECTIONAL, rows,
+                        lambda logits: logits.reshape(B, len(ask.want), -1))
+    return _Forward(ask.canvas[:, first:end], first, L, BIDIRECTIONAL, np.arange(B * n),
+                    lambda logits: canvas_rows(config, logits.reshape(B, n, -1), first, ask.start))
 
 
 def _denoise(config, canvas, given, start, o, mask_id, stop_ids):
@@ -379,11 +392,11 @@ def _denoise(config, canvas, given, start, o, mask_id, stop_ids):
         for s in range(plan_.steps_per_block):
             t_step = time.perf_counter()
             span = (lo, hi) if exact else _span(o.cache, s, lo, hi, L)
-            logits = (yield from _block_logits(config, x, lo, hi, last)) if exact \
-                else (yield CanvasPass(x, *span))                   # [B, span, V]
-            passes += 1
             todo = block[x[0, block] == mask_id]                     # [m] masked positions of the block
-            tokens, conf, entropy = _predict(logits[:, todo - span[0]], o, rng, banned)
+            logits = (yield from _block_logits(config, x, lo, hi, last, todo)) if exact \
+                else (yield CanvasPass(x, *span, want=todo))         # [B, m, V]: only the rows that can change
+            passes += 1
+            tokens, conf, entropy = _predict(logits, o, rng, banned)
             chosen = _choose(o, conf, entropy, _count(o, s, plan_.steps_per_block, counts, len(todo)), rng)
             pick = todo[chosen]
             x[:, pick] = tokens[chosen]
@@ -416,12 +429,20 @@ def block_logits(transformer, x, state, lo, hi, last):
         return done.value
 
 
-def _block_logits(config, x, lo, hi, last):
-    """Block diffusion: the distributions [B, hi-lo, V] of block lo..hi-1, which sees the cached
-    clean blocks before it and itself (kv_len = hi), never a later block. For a model whose row i
+def _block_logits(config, x, lo, hi, last, want=None):
+    """Block diffusion: the distributions [B, hi-lo, V] of block lo..hi-1 (of its positions `want`
+    alone: [B, len(want), V], the LM head run on those rows only), which sees the cached clean
+    blocks before it and itself (kv_len = hi), never a later block. For a model whose row i
     predicts position i+1 (Dream's shift, an AR model read as one) position lo's comes from `last`,
     the last row of the pass that cached the clean prefix, so no clean position is recomputed."""
     B = len(x)
+    if want is not None:
+        src = np.asarray(want) - lo - config.shifted_logits          # rows of the block pass; -1: from `last`
+        inner = src[src >= 0]
+        rows = (yield Pass(x[:, lo:hi], lo, hi, BIDIRECTIONAL,
+                           out_rows=(np.arange(B)[:, None] * (hi - lo) + inner).reshape(-1)))
+        rows = rows.reshape(B, len(inner), config.vocab_size)
+        return np.concatenate([last[:, None], rows], axis=1) if len(inner) < len(src) else rows
     rows = (yield Pass(x[:, lo:hi], lo, hi, BIDIRECTIONAL)).reshape(B, hi - lo, -1)
     if config.shifted_logits:
         rows = np.concatenate([last[:, None], rows[:, :-1]], axis=1)

@@ -112,7 +112,7 @@ def layer(config, n, w_bytes=F32):
     return entries
 
 
-def forward(config, n_new, n_past, mask, dtype_bytes=F32, n_kv=None, batch=1, all_logits=None):
+def forward(config, n_new, n_past, mask, dtype_bytes=F32, n_kv=None, batch=1, all_logits=None, logit_rows=None):
     """FLOPs and bytes of one forward pass, from the config alone, shaped like one Ledger pass.
 
     dtype_bytes: bytes a weight of the matrices takes (4 f32, 2 f16/bf16, 34/32 Q8_0, 18/32 Q4_0);
@@ -122,7 +122,9 @@ def forward(config, n_new, n_past, mask, dtype_bytes=F32, n_kv=None, batch=1, al
     mask (masks.py: CAUSAL, BIDIRECTIONAL, block_causal(b)), the first new one at position n_past.
     Attention reads n_kv keys (default n_past + n_new; a diffusion step with a dual cache reads the
     whole canvas while computing only a block). all_logits: LM head on every new position
-    (default: all but causal passes do; those only the last, as decoding needs).
+    (default: all but causal passes do; those only the last, as decoding needs). logit_rows: the
+    LM head on that many positions of each sequence instead (a diffusion step: the masked positions
+    of its block, the only ones it may commit).
 
     Per layer, with n = batch * n_new rows, d = hidden, f = intermediate, H/KVH heads of hd:
       matmuls   q, k, v, o: 2*n*d*(H*hd) + 2 * 2*n*d*(KVH*hd) + 2*n*(H*hd)*d FLOPs; weights
@@ -166,7 +168,7 @@ def forward(config, n_new, n_past, mask, dtype_bytes=F32, n_kv=None, batch=1, al
     for op, cost in layer(c, n, wb):
         book(op, cost, L)
     book("attention", attention(n_new, H, KVH, hd, t, scores // batch), L * batch)
-    rows = n if all_logits else batch
+    rows = batch * logit_rows if logit_rows is not None else n if all_logits else batch
     book("norm", rmsnorm(rows, d))
     book("lm_head", matmul(rows, d, V, wb))
     return entry

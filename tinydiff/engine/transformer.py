@@ -203,7 +203,7 @@ class Transformer:
         or, with pages, a PagedKVCache of that many pages that sequences share (serving)."""
         return State(self, n_ctx, batch, batch * n_ctx if rows is None else rows, pages)
 
-    def forward(self, ids, state, start, kv_len=None, mask=CAUSAL, last_only=False, slots=None):
+    def forward(self, ids, state, start, kv_len=None, mask=CAUSAL, last_only=False, slots=None, out_rows=None):
         """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
 
         Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
@@ -216,17 +216,21 @@ class Transformer:
         the State's sequence each row of ids is (default 0..B-1), so sequences of different
         lengths, any subset of the State's, share one pass: the weights are read once for all.
         ids may also be a list of B sequences of their own lengths (ragged: canvases of different
-        sizes); the logits are then their rows one sequence after another [sum of lengths, V]."""
+        sizes); the logits are then their rows one sequence after another [sum of lengths, V].
+
+        out_rows: the rows (of the pass's rows, one sequence after another) whose logits are wanted,
+        instead of all or each sequence's last: the final norm and the LM head run on those alone
+        (a diffusion step needs the positions it may commit, not the whole canvas)."""
         if state.owner is not self:
             raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
         with self.pool:
             run = state.decode
             if (run is not None and slots is None and np.ndim(start) == 0 and not isinstance(ids, list)
                     and ids.shape[1] <= min(run.rows, K.MAX_LAYER_ROWS)):
-                return self.decode(ids[0], state, start, kv_len, mask, last_only)   # the loop below, in C
-            return self.layers(ids, state, start, kv_len, mask, last_only, slots)
+                return self.decode(ids[0], state, start, kv_len, mask, last_only, out_rows)   # the loop below, in C
+            return self.layers(ids, state, start, kv_len, mask, last_only, slots, out_rows)
 
-    def layers(self, ids, state, start, kv_len, mask, last_only, slots=None):
+    def layers(self, ids, state, start, kv_len, mask, last_only, slots=None, out_rows=None):
         """forward's pass, kernel by kernel: the readable definition. ids [B, n], or a list of B
         sequences of their own lengths (ragged: a batch of canvases of different sizes), whose rows
         run one after another through the same matmuls."""
@@ -283,12 +287,14 @@ class Transformer:
             K.silu_mul(gate, up, out=gate, op="mlp")                    # [N, f]
             K.matmul(gate, lw.down_proj, out=x, op="mlp", residual=True)  # x += [N, d]
 
-        if last_only:
+        if out_rows is not None:
+            x = x[out_rows]                                             # [rows, d] those wanted
+        elif last_only:
             x = x[ends - 1]                                             # [B, d] each sequence's last row
-        out = K.rmsnorm(x, w.norm, eps, op="norm")                      # [N or B, d]
-        return K.matmul(out, w.lm_head, op="lm_head")                   # [N or B, V]
+        out = K.rmsnorm(x, w.norm, eps, op="norm")                      # [N, B or rows, d]
+        return K.matmul(out, w.lm_head, op="lm_head")                   # [N, B or rows, V]
 
-    def decode(self, ids, state, pos, kv_len=None, mask=CAUSAL, last_only=False):
+    def decode(self, ids, state, pos, kv_len=None, mask=CAUSAL, last_only=False, out_rows=None):
         """layers() for a few new tokens ids [n] of one sequence at positions pos.., each layer one
         C call (csrc/layer.c: the loop body above, kernel for kernel): a decode step, a block of
         block diffusion. Returns logits [n, V], or [1, V] for the last position."""
@@ -298,29 +304,44 @@ class Transformer:
         K.embedding(w.embed_tokens, ids, out=x)                        # [n, d]
         for l, layer in enumerate(self.decode_layers):
             K.decode_layer(layer, run, l, pos, n, kv_len, mask)         # x += layer l  [n, d]
-        if last_only:
+        if out_rows is not None:
+            x = x[out_rows]                                             # [rows, d]
+        elif last_only:
             x = x[n - 1:]                                               # [1, d]
-        out = K.rmsnorm(x, w.norm, self.config.rms_norm_eps, op="norm") # [n or 1, d]
+        out = K.rmsnorm(x, w.norm, self.config.rms_norm_eps, op="norm") # [n, 1 or rows, d]
         return K.matmul(out, w.lm_head, op="lm_head")                   # [n or 1, V]
 
-    def canvas_logits(self, canvas, state, start=0, end=None):
+    def canvas_logits(self, canvas, state, start=0, end=None, want=None):
         """Bidirectional logits [B, end-start, V] for canvas [B, L] positions start..end-1.
 
         Recomputes canvas[:, start:end] (their K/V overwrite those cache slots) attending over all
         canvas positions; the slots outside [start, end) are read from the cache as an earlier pass
         left them. start=0, end=None is a full, uncached pass. Row i is the distribution of the token
         at position start+i: for a model that predicts position i from row i-1 (Dream), one more
-        position is recomputed on the left and the rows shifted (canvas_pass, canvas_rows)."""
+        position is recomputed on the left and the rows shifted (canvas_pass, canvas_rows).
+        want: positions (in start..end-1) whose distributions alone are wanted: [B, len(want), V],
+        the LM head run on those rows only."""
         B, L = canvas.shape
         first, end = canvas_pass(self.config, start, L if end is None else end)
-        logits = self.forward(canvas[:, first:end], state, first, kv_len=L, mask=BIDIRECTIONAL)
-        return canvas_rows(self.config, logits.reshape(B, end - first, -1), first, start)
+        n = end - first
+        rows = None if want is None else (np.arange(B)[:, None] * n + source_rows(self.config, want, first)).reshape(-1)
+        logits = self.forward(canvas[:, first:end], state, first, kv_len=L, mask=BIDIRECTIONAL, out_rows=rows)
+        if want is not None:
+            return logits.reshape(B, len(want), -1)
+        return canvas_rows(self.config, logits.reshape(B, n, -1), first, start)
 
 
 def canvas_pass(config, start, end):
     """(first, end): the positions a bidirectional pass recomputes for the rows start..end-1: one
     more on the left for a model whose row i predicts position i+1 (Dream's shifted logits)."""
     return (start - 1 if config.shifted_logits and start > 0 else start), end
+
+
+def source_rows(config, want, first):
+    """The rows of a pass starting at position `first` that hold the distributions of positions
+    `want`: row p - first, or for a shifted model row p - 1 - first (position 0 keeps its own)."""
+    want = np.asarray(want, np.int64)
+    return (np.maximum(want - 1, 0) if config.shifted_logits else want) - first
 
 
 def canvas_rows(config, logits, first, start):
