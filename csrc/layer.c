@@ -1,5 +1,5 @@
-/* layer.c: one decoder layer for a few new positions of one sequence (a decode step, a block of
-   block diffusion), in one call from Python.
+/* layer.c: one decoder layer for the new positions of one sequence (a decode step, a prompt, a
+   block of block diffusion, a diffusion canvas), in one call from Python.
 
    It is Transformer.layers' loop body for n <= TD_LAYER_MAX_ROWS positions of a single sequence,
    kernel for kernel, in the same order with the same arguments, so its result is bit for bit the

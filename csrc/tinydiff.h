@@ -97,7 +97,7 @@ struct td_decode {                  /* the model's sizes and the scratch rows of
     float *q, *att;                 /* [n, H*hd] */
     float *gate, *up;               /* [n, f] */
 };
-enum { TD_LAYER_MAX_ROWS = 64 };    /* the most positions one td_decode_layer call takes */
+enum { TD_LAYER_MAX_ROWS = 1024 };  /* the most positions one td_decode_layer call takes */
 /* x[n, d] += the layer's attention and MLP blocks for the n tokens at positions pos..pos+n-1; their
    K and V go into rows pos..pos+n-1 of k_cache and v_cache [kv_len, KVH*hd], and attention reads
    rows 0..kv_len-1 under the mask `block` (as td_attention_f32 takes it). Returns 0, -1 if a

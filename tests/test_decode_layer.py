@@ -68,15 +68,17 @@ def test_decode_layer_is_forward_bit_for_bit(name, weight_type, level):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 @pytest.mark.parametrize("weight_type", ["f32", "q8_0", "q4_0", "mixed"])
 def test_a_few_positions_in_one_call_are_forward_bit_for_bit(name, weight_type, level):
-    """Blocks of a few positions (a short prompt, a block of block diffusion) under every mask, the
-    span read against more keys than it writes: csrc/layer.c against the per-kernel loop."""
+    """Blocks of positions (a short prompt, a block of block diffusion, a whole diffusion canvas)
+    under every mask, the span read against more keys than it writes: csrc/layer.c against the
+    per-kernel loop (the GEMM and the tiled attention from 16 and 2 rows on)."""
     m = model(name, weight_type)
     t = m.transformer
-    ids = np.random.default_rng(1).integers(0, 50, size=(1, 24))
-    for n, mask, extra in [(2, CAUSAL, 0), (5, BIDIRECTIONAL, 3), (8, block_causal(4), 0), (3, block_causal(2), 5)]:
+    ids = np.random.default_rng(1).integers(0, 50, size=(1, 200))
+    for n, mask, extra in [(2, CAUSAL, 0), (5, BIDIRECTIONAL, 3), (8, block_causal(4), 0), (3, block_causal(2), 5),
+                           (40, BIDIRECTIONAL, 0), (150, CAUSAL, 2)]:
         runs = []
         for one_call in (False, True):
-            state = t.state(32)
+            state = t.state(200)
             t.layers(ids[:, :8], state, 0, None, CAUSAL, False)                 # a prefix, the same way
             span = ids[:, 8:8 + n]
             logits = (t.forward(span, state, 8, kv_len=8 + n + extra, mask=mask) if one_call

@@ -9,10 +9,11 @@ Several threads may run one Transformer at once, each with its own State; every 
 Transformer's own thread pool (kernels.ThreadPool), so two models never share threads.
 
 Transformer.forward is the one entry for every pass: prefill, decoding, diffusion steps, batches.
-A few new tokens of one sequence (a decode step, a short prompt, a block of block diffusion: up to
-kernels.MAX_LAYER_ROWS) go through csrc/layer.c, the same layer body in C (one call a layer instead
-of ~11 kernel calls, whose Python would cost a small model a third of its time);
-tests/test_decode_layer.py holds the two to the same logits and cache, bit for bit.
+The positions of one sequence (a decode step, a prompt, a block of block diffusion, a diffusion
+canvas: up to kernels.MAX_LAYER_ROWS = 1024) go through csrc/layer.c, the same layer body in C
+(one call a layer instead of ~11 kernel calls, whose Python would cost a small model a third of
+its time); tests/test_decode_layer.py holds the two to the same logits and cache, bit for bit.
+Batches (several sequences, guidance's two rows, ragged canvases) run the loop below.
 
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
 H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_size.
