@@ -1,12 +1,17 @@
-"""How much of a decode step is Python: time outside the C kernels, per token.
+"""How much of a decode step, and of a diffusion step, is Python: time outside the C kernels.
 
     python bench/bench_python_share.py [--shapes stories15M SmolLM2-135M] [-t 2] [-n 200]
+                                       [--diffusion stories5m-mdm] [--steps 16]
 
 Each C kernel the forward pass calls is wrapped with a timer that adds up the time spent inside
 it; a decode step's wall time minus that sum is the time spent in Python (wrappers, argument
 checks, ledger tests, the loop over layers). The timers add ~0.1 us a call, counted as Python,
 so the share printed is slightly high. NumPy glue (KV stores, biases: only in passes of
 more than one token) counts as Python here: it is outside our kernels.
+
+--diffusion MODEL: the same for the steps of a real denoising run (a 64-token answer to "Once upon
+a time" in --steps steps, every step a full-canvas pass): the sampler's scoring is NumPy, so it
+counts as Python, as it is time the kernels do not account for.
 """
 import argparse
 import time
@@ -47,12 +52,23 @@ def decode_seconds(model, n):
     return (time.perf_counter() - t0) / n, inside[0] / n
 
 
+def diffusion_step_seconds(model, steps):
+    """(wall seconds, seconds inside C) per denoising step of a 64-token answer."""
+    ids = model.encode_prompt("Once upon a time")
+    inside[0] = 0.0
+    t0 = time.perf_counter()
+    model.denoise_ids(ids, 64, steps=steps, eos="keep")
+    return (time.perf_counter() - t0) / steps, inside[0] / steps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", nargs="+", default=["stories15M", "SmolLM2-135M"])
     ap.add_argument("--types", nargs="+", default=["f32"])
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-n", type=int, default=200)
+    ap.add_argument("--diffusion", nargs="*", default=[], metavar="MODEL", help="diffusion models to time a step of")
+    ap.add_argument("--steps", type=int, default=16)
     args = ap.parse_args()
     tinydiff.set_threads(args.threads)
     wrap_kernels()
@@ -64,6 +80,14 @@ def main():
             wall, c = min((decode_seconds(model, args.n) for _ in range(3)), key=lambda r: r[0])
             print(f"{shape:14s} {wtype:5s} {wall * 1e3:9.3f} {c * 1e3:8.3f} {(wall - c) * 1e3:8.3f} "
                   f"{(wall - c) / wall:6.1%}")
+    if args.diffusion:
+        print(f"\n{'model':14s} {'steps':5s} {'ms/step':>9s} {'in C':>8s} {'Python':>8s} {'share':>6s}")
+    for name in args.diffusion:
+        model = tinydiff.load(name)
+        diffusion_step_seconds(model, args.steps)                       # warm up
+        wall, c = min((diffusion_step_seconds(model, args.steps) for _ in range(3)), key=lambda r: r[0])
+        print(f"{name:14s} {args.steps:5d} {wall * 1e3:9.3f} {c * 1e3:8.3f} {(wall - c) * 1e3:8.3f} "
+              f"{(wall - c) / wall:6.1%}")
 
 
 if __name__ == "__main__":
