@@ -136,6 +136,12 @@ def test_chat_completions_follow_the_template_and_stop_strings_cut(client):
     ("/v1/completions", b'{"prompt": "x", "stop": 3}', 400, "stop must be"),
     ("/v1/chat/completions", b'{"messages": [{"role": "robot", "content": "x"}]}', 400, "role 'robot'"),
     ("/v1/chat/completions", b'{"messages": []}', 400, "non-empty list"),
+    ("/v1/completions", b'{"prompt": "x", "stream": "false"}', 400, "stream must be true or false"),
+    ("/v1/completions", b'{"prompt": "x", "stream_options": {"include_usage": true}}', 400, "only allowed with stream"),
+    ("/v1/completions", b'{"prompt": "x", "n": 2}', 400, "n must be 1"),
+    ("/v1/completions", b'{"prompt": [1, 100000]}', 400, "outside the vocabulary"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400,
+     "text only"),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_goes_on(client, path, body, status, words):
     c, _ = client
@@ -143,6 +149,39 @@ def test_bad_requests_get_openai_errors_and_the_server_goes_on(client, path, bod
     assert r.status_code == status and words in r.json()["error"]["message"]
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert c.post("/v1/completions", **auth(prompt="Hi", max_tokens=2)).status_code == 200
+
+
+def test_content_parts_stop_strings_and_usage(client):
+    from tinydiff.decoding.generate import TextStream
+    c, model = client
+    parts = [{"role": "user", "content": [{"type": "text", "text": "H"}, {"type": "text", "text": "i"}]}]
+    r = c.post("/v1/chat/completions", **auth(messages=parts, max_tokens=6, temperature=0))
+    assert r.json()["choices"][0]["message"]["content"] == model.chat([{"role": "user", "content": "Hi"}], 6,
+                                                                       temperature=0)
+    new = model.generate_ids(model.encode_prompt("Once upon"), 12, temperature=0)
+    full = model.generate("Once upon", 12, temperature=0)
+    stop = full[3:5]
+    text = TextStream(model.tokenizer, model.stop_ids, [stop])
+    taken = next(i + 1 for i, t in enumerate(new) if (text.push(t), text.done)[1])   # tokens up to the stop
+    r = c.post("/v1/completions", **auth(prompt="Once upon", max_tokens=12, temperature=0, stop=stop))
+    assert r.json()["choices"][0]["text"] == full[:full.index(stop)]
+    assert r.json()["choices"][0]["finish_reason"] == "stop" and r.json()["usage"]["completion_tokens"] == taken
+
+
+def test_an_engine_failure_is_a_500_not_an_ending(chat_model, monkeypatch):
+    model = tinydiff.load(chat_model)
+    c = TestClient(make_app(model, "chat"))
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no memory for the test")
+    monkeypatch.setattr(model.transformer, "forward", broken)
+    r = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4})
+    assert r.status_code == 500 and "MemoryError: no memory for the test" in r.json()["error"]["message"]
+    r = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4, "stream": True})
+    last = [line for line in r.text.split("\n\n") if line][-1]
+    assert "[DONE]" not in r.text and "the engine failed: MemoryError" in json.loads(last[6:])["error"]["message"]
+    monkeypatch.undo()
+    assert c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4}).status_code == 200   # it goes on
 
 
 def test_the_api_key_is_required(client):
@@ -298,3 +337,34 @@ def test_a_client_that_disconnects_frees_its_slot(live):
     health = httpx.get(url + "/health").json()
     assert health["running"] == 0 and health["waiting"] == 0
     assert health["tokens_generated"] - before < 240          # stopped early, not run to its end
+
+
+def test_a_burst_of_streamed_diffusion_requests_is_answered_in_turn():
+    import httpx
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "tinydiff", "serve", "-m", "stories5m-mdm", "--port", str(port),
+                          "-t", "1"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        model = tinydiff.load("stories5m-mdm")
+        prompts = [f"Once upon a time {i}" for i in range(12)]
+
+        def ask(prompt):
+            body = {"prompt": prompt, "max_tokens": 16, "steps": 8, "stream": True, "stream_steps": True}
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+                chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+            return sum("denoising" in ch for ch in chunks), "".join(ch["choices"][0]["text"] for ch in chunks)
+
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:       # more than the default executor's threads
+            got = list(pool.map(ask, prompts))
+        assert got == [(8, model.denoise(p, 16, steps=8)) for p in prompts]
+    finally:
+        p.terminate()
+        p.wait(timeout=10)

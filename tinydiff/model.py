@@ -303,7 +303,8 @@ class Model:
 
         ids may be a list of prompts (each a list of ids): they are decoded as one batch, one pass
         a step for all (decoding.generate.decode_batch), and the result is a list of new ids per
-        prompt, equal to running each alone. max_new_tokens and every sampling option may then be
+        prompt, equal to running each alone token for token (not bit for bit: a matmul rounds with
+        the number of rows in its pass, so a near-tie could fall either way). max_new_tokens and every sampling option may then be
         one value for all or a list with one per prompt (seed=[1, 2, 3])."""
         if not _is_batch(ids):
             return list(self.generate_tokens(ids, max_new_tokens, **sampling))
@@ -372,7 +373,7 @@ class Model:
 
         ids may be a list of prompts (each a list of ids): they are denoised as one batch, each
         pass one forward for all (decoding.diffusion.denoise_together), and the result is a list,
-        equal to denoising each alone; gen_length and every option may then be one value for all
+        equal to denoising each alone token for token (up to near-ties, as generate_ids says); gen_length and every option may then be one value for all
         or a list with one per prompt."""
         if not _is_batch(ids):
             return self.denoise_result(ids, gen_length, on_step=on_step, **options).ids

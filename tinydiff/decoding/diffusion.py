@@ -370,8 +370,9 @@ def _as_forward(config, ask):
 
 
 def _denoise(config, canvas, given, start, o, mask_id, stop_ids):
-    """The denoiser: yields a Pass whenever it needs logits (and is sent them back: [B*n, V], or
-    [B, V] with last_only), a Step after each step, then the Denoised."""
+    """The denoiser: yields a Pass or CanvasPass whenever it needs logits (and is sent them back,
+    shaped as Transformer.forward or canvas_logits gives them for its rows), a Step after each step,
+    then the Denoised."""
     plan_ = plan(np.flatnonzero(~given), o.steps, o.block_size or o.block_length)
     stop_ids = np.asarray(sorted(stop_ids), np.int64)
     L = len(canvas)

@@ -99,29 +99,52 @@ def prefill(transformer, ids, state, start):
     return logits
 
 
-def stream_text(tokenizer, tokens, stop_ids, stop_strings, on_stop=None):
-    """Turns a token stream into text pieces; stops at a stop id or before a stop string (and
-    then calls on_stop(), if given: a server reports finish_reason "stop")."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    stops = [s for s in (stop_strings or []) if s]
-    pending = ""                                        # text not yet emitted
+class TextStream:
+    """Token ids in, text out, one token at a time: push(token) gives the text that is safe to
+    show (a character split across tokens is held until whole, and text that could still become a
+    stop string is held back); done once a stop id or a stop string is met (stopped: a stop
+    string, before which the text ends); finish() gives what is held at the end."""
+
+    def __init__(self, tokenizer, stop_ids, stop_strings):
+        self.tokenizer, self.stop_ids = tokenizer, stop_ids
+        self.stops = [s for s in (stop_strings or []) if s]
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.pending = ""                               # text not yet given out
+        self.tokens = 0                                 # tokens taken, up to the stop
+        self.done = self.stopped = False
+
+    def push(self, token):
+        self.tokens += 1
+        if token in self.stop_ids:
+            self.done = True
+            return ""
+        if token in self.tokenizer.special_ids:
+            return ""
+        self.pending += self.decoder.decode(self.tokenizer.decode_bytes([token]))
+        piece, self.pending, self.stopped = _split_at_stop(self.pending, self.stops)
+        self.done = self.stopped
+        return piece
+
+    def finish(self):
+        if self.stopped:
+            return ""
+        self.pending += self.decoder.decode(b"", final=True)
+        piece, self.pending, self.stopped = _split_at_stop(self.pending, self.stops, final=True)
+        return piece
+
+
+def stream_text(tokenizer, tokens, stop_ids, stop_strings):
+    """Turns a token stream into text pieces; stops at a stop id or before a stop string."""
+    text = TextStream(tokenizer, stop_ids, stop_strings)
     for token in tokens:
-        if token in stop_ids:
-            break
-        if token in tokenizer.special_ids:
-            continue
-        pending += decoder.decode(tokenizer.decode_bytes([token]))
-        piece, pending, stopped = _split_at_stop(pending, stops)
+        piece = text.push(token)
         if piece:
             yield piece
-        if stopped:
-            return on_stop and on_stop()
-    pending += decoder.decode(b"", final=True)
-    piece, _, stopped = _split_at_stop(pending, stops, final=True)
+        if text.done:
+            break
+    piece = text.finish()
     if piece:
         yield piece
-    if stopped and on_stop:
-        on_stop()
 
 
 def cut_at_stop(text, stop_strings):

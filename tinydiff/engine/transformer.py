@@ -18,6 +18,7 @@ Batches (several sequences, guidance's two rows, ragged canvases) run the loop b
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
 H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_size.
 """
+import hashlib
 from collections import OrderedDict
 
 import numpy as np
@@ -71,7 +72,7 @@ class PagedKVCache:
     all those before it (a chained hash: equal names, equal K/V, since attention is causal and RoPE
     positions absolute), stays named after its sequences end, and a later sequence whose ids start
     the same takes it instead of recomputing it. Pages no sequence holds are freed least recently
-    used first when a sequence needs one; `limit_bytes` bounds the pool."""
+    used first when a sequence needs one; `pages` bounds the pool (page_bytes each)."""
 
     def __init__(self, cfg, pages):
         self.page_bytes = 2 * cfg.num_hidden_layers * K.PAGE * cfg.kv_dim * 4
@@ -85,10 +86,12 @@ class PagedKVCache:
 
     @staticmethod
     def names(ids):
-        """The name of each full page of ids: a hash of its tokens and every token before it."""
-        out, h = [], 0
+        """The name of each full page of ids: the SHA-256 of its tokens and every token before it
+        (chained), so no prompt can be made to take another's pages (Python's hash() can be
+        collided on purpose: vLLM's CVE-2025-25183)."""
+        out, h = [], b""
         for i in range(len(ids) // K.PAGE):
-            h = hash((h, tuple(ids[i * K.PAGE:(i + 1) * K.PAGE])))
+            h = hashlib.sha256(h + np.asarray(ids[i * K.PAGE:(i + 1) * K.PAGE], np.int64).tobytes()).digest()
             out.append(h)
         return out
 

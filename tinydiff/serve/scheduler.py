@@ -11,15 +11,18 @@ cache of named pages), and one thread, the engine's, which loops: admit waiting 
 slots (each prompt prefilled on its own, in passes of up to PREFILL_ROWS rows: a prefill is
 compute-bound, batching it buys nothing; the pages of its start that an earlier request left, a
 shared system prompt, are taken instead of recomputed), then one decode pass
-for every running sequence, each at its own position (Transformer.forward with a start and a slot
-per sequence: the weights are read once for all of them), then hand each its token and retire
+for every running sequence, each at its own position (Transformer.forward with a start and a page
+table per sequence: the weights are read once for all of them), then hand each its token and retire
 those that ended (a stop id, max_new_tokens, or cancel(): a client gone). A retired slot is free at
 the next step. Requests beyond the slots wait in a queue of at most `queue` entries; submit()
 beyond that raises Busy (the server answers 503).
 
-A request's tokens are those it would get alone: its own Sampler and seed, its own cache row and
+A request's tokens are those it would get alone: its own Sampler and seed, its own pages and
 positions; tests/test_serve.py checks it token for token (decoding/generate.py's decode_batch is
-the same loop for a fixed set of prompts).
+the same loop for a fixed set of prompts). Token for token, not bit for bit: a matmul's rounding
+depends on how many rows share its pass (csrc/matmul.c takes its GEMM from 16 rows, its int8 GEMM
+from 4), so a request's logits in a batch can differ from its logits alone in the last bits, and
+a near-tie between two tokens could fall the other way, as in any batching engine.
 """
 import queue
 import threading
@@ -44,8 +47,9 @@ class Sequence:
     says why: "stop" (a stop id, the last id given), "length" (max_new_tokens), "cancelled", or
     "error" (the engine failed: `error` says how)."""
 
-    def __init__(self, ids, max_new_tokens, params, stop_ids):
+    def __init__(self, ids, max_new_tokens, params, stop_ids, on_token=None):
         self.ids, self.max_new_tokens, self.stop_ids = list(ids), max_new_tokens, stop_ids
+        self.on_token = on_token           # also called with each token and None at the end (the server's)
         self.sampler = Sampler(params)
         self.history = list(ids)
         self.finish_reason = self.error = None
@@ -69,7 +73,7 @@ class Sequence:
         """Samples the next token from logits [V]; True if the sequence has ended."""
         token = self.sampler(logits, self.history)
         self.history.append(token)
-        self._out.put(token)
+        self._give(token)
         if token in self.stop_ids:
             self.finish_reason = "stop"
         elif len(self.new) >= self.max_new_tokens:
@@ -78,7 +82,12 @@ class Sequence:
 
     def _end(self, reason=None):
         self.finish_reason = self.finish_reason or reason
-        self._out.put(None)
+        self._give(None)
+
+    def _give(self, item):
+        self._out.put(item)
+        if self.on_token is not None:
+            self.on_token(item)
 
 
 class Scheduler:
@@ -106,13 +115,14 @@ class Scheduler:
         self._thread = threading.Thread(target=self._loop, name="tinydiff-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, ids, max_new_tokens, params):
+    def submit(self, ids, max_new_tokens, params, on_token=None):
         """Queues a request (prompt ids checked by the caller: in the vocabulary, non-empty); returns
-        its Sequence at once. UsageError if it cannot fit a slot's context; Busy if the queue is full."""
+        its Sequence at once (on_token: called on the engine's thread with each token, then None).
+        UsageError if it cannot fit a slot's context; Busy if the queue is full."""
         if len(ids) + max_new_tokens > self.n_ctx:
             raise UsageError(f"the prompt ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
                              f"context of {self.n_ctx} positions")
-        seq = Sequence(ids, max_new_tokens, params, self.model.stop_ids)
+        seq = Sequence(ids, max_new_tokens, params, self.model.stop_ids, on_token)
         with self._wake:
             if len(self.waiting) >= self.queue_size + len(self.free):   # the free slots take some at once
                 raise Busy(f"all {self.slots} slots are busy and {len(self.waiting)} requests wait")
@@ -130,15 +140,20 @@ class Scheduler:
                 admitted = []
                 while self.free and self.waiting:
                     admitted.append((self.free.pop(0), self.waiting.popleft()))
-            try:
-                for slot, seq in admitted:
+            for slot, seq in admitted:
+                try:
                     self._admit(slot, seq)
+                except Exception as e:   # MemoryError, a kernel's error: this request ends with it
+                    self._fail(slot, seq, e)
+            try:
                 self._step()
-            except Exception as e:   # MemoryError, a kernel's error: every request in flight ends with it
-                for slot, seq in admitted + list(self.running.items()):
-                    seq.error = f"{type(e).__name__}: {e}"
-                    if seq.finish_reason is None or slot in self.running:
-                        self._retire(slot, seq, "error")
+            except Exception as e:   # the pass every running request shares: they all end with it
+                for slot, seq in list(self.running.items()):
+                    self._fail(slot, seq, e)
+
+    def _fail(self, slot, seq, error):
+        seq.error = f"{type(error).__name__}: {error}"
+        self._retire(slot, seq, "error")
 
     def _admit(self, slot, seq):
         """Prefills the prompt into the slot's pages, but for the pages the prefix cache already
@@ -147,7 +162,7 @@ class Scheduler:
         if seq.cancelled:
             return self._retire(slot, seq, "cancelled")
         seq.reused = self.cache.start(slot, seq.ids)
-        self.cache.grow(slot, len(seq.ids))
+        self._grow(slot, len(seq.ids))
         rows = self.state.buf.n_max
         for i in range(seq.reused, len(seq.ids), rows):
             logits = forward(np.asarray([seq.ids[i:i + rows]]), self.state, i, last_only=True, slots=[slot])
@@ -168,7 +183,7 @@ class Scheduler:
         slots = list(self.running)
         seqs = [self.running[s] for s in slots]
         for slot, seq in zip(slots, seqs):
-            self.cache.grow(slot, len(seq.history))                       # a page for the newest token's K/V
+            self._grow(slot, len(seq.history))                            # a page for the newest token's K/V
         ids = np.array([[seq.history[-1]] for seq in seqs])               # [B, 1] the newest token of each
         logits = self.model.transformer.forward(ids, self.state, [len(seq.history) - 1 for seq in seqs],
                                                 last_only=True, slots=slots)   # [B, V]
@@ -179,6 +194,10 @@ class Scheduler:
                 self.cache.name_pages(slot, seq.history)
             if seq._take(row):
                 self._retire(slot, seq)
+
+    def _grow(self, slot, positions):
+        if not self.cache.grow(slot, positions):   # cannot happen: every slot can fill its context
+            raise MemoryError(f"the KV cache has no page left for {positions} positions")
 
     def _retire(self, slot, seq, reason=None):
         self.running.pop(slot, None)

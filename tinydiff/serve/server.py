@@ -7,35 +7,40 @@ Endpoints (OpenAI's shapes, https://platform.openai.com/docs/api-reference):
     GET  /v1/models              the one model served, under its folder's name
     POST /v1/completions         {"prompt": str or [ids], "max_tokens": 16, "stream": false, ...}
     POST /v1/chat/completions    {"messages": [...], rendered with the model's chat template}
-Fields read: max_tokens (completions: 16, as OpenAI; chat: up to the context), temperature, top_p,
-and llama-server's top_k, min_p, repeat_penalty (default: the model's generation_config.json, else
-llama.cpp's), seed, stop (a string or a list), stream and stream_options.include_usage. Streaming
-is server-sent events: `data: {chunk}` lines, then `data: [DONE]`. A diffusion model takes its
-denoising options as extra fields (steps, block_length, threshold, remasking, cache, ...), runs one
-request at a time, and streams its answer as one chunk when it is done; with "stream_steps": true,
-each denoising step comes first as a chunk with empty text and a "denoising" field, {"step": i,
-"text": the answer so far, masked positions as \u2591}.
+Fields read: max_tokens (completions: 16, as OpenAI; chat: up to the context, for a diffusion model
+128), temperature, top_p, and llama-server's top_k, min_p, repeat_penalty (default: the model's
+generation_config.json, else llama.cpp's), seed, stop (a string or a list), n (1 only), stream and
+stream_options.include_usage. A message's content is a string or a list of {"type": "text"} parts.
+Streaming is server-sent events: `data: {chunk}` lines, then `data: [DONE]`. A diffusion model
+takes its denoising options as extra fields (steps, block_length, threshold, remasking, cache, ...),
+runs one request at a time on a worker thread of its own, and streams its answer as one chunk when
+it is done; with "stream_steps": true, each denoising step comes first as a chunk with empty text
+and a "denoising" field, {"step": i, "text": the answer so far, masked positions as \u2591}.
 
 An autoregressive model is served by continuous batching (scheduler.py): every request gets a
-slot and all running ones share each decode pass. The engine runs on its own thread, never on the
-event loop; a client that disconnects frees its slot at the next step. Every bad request is a 4xx
-with OpenAI's error body {"error": {"message", "type", "param", "code"}}, and the server goes on:
-malformed JSON, a wrong field, an unknown model (404), a prompt over the context, a wrong or
-missing API key (401), a full queue (503).
+slot and all running ones share each decode pass. The engines run on their own threads and hand
+each request its tokens through an asyncio queue, so the event loop never waits on them and no
+request holds a thread while it waits for a slot. A streaming client that disconnects frees its
+slot at the next step (a non-streaming request runs to its end, as llama-server's does). A failure
+in the engine is a 500 (or, mid-stream, a `data: {"error": ...}` event), never a normal ending.
+Every bad request is a 4xx with OpenAI's error body {"error": {"message", "type", "param", "code"}},
+and the server goes on: malformed JSON, a wrong field, an unknown model (404), a prompt over the
+context, a wrong or missing API key (401), a full queue (503).
 """
 import asyncio
 import json
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from ..decoding.diffusion import Options
-from ..decoding.generate import stream_text
+from ..decoding.diffusion import Denoised, Options, Step
+from ..decoding.generate import TextStream, cut_at_stop
 from ..decoding.sampling import SamplingParams
 from ..errors import TinydiffError, UsageError
 from .scheduler import Busy, Scheduler
@@ -43,6 +48,7 @@ from .scheduler import Busy, Scheduler
 # the request fields a diffusion model reads: its denoising options (eos: a request always stops at EOS)
 DENOISING = {f.name for f in fields(Options)} - {"eos"}
 MASK_SHOWN = "\u2591"   # a masked position in a streamed denoising step, as --visual draws it
+DIFFUSION_MAX_TOKENS = 128   # a diffusion answer's canvas when the request names none (LLaDA's default)
 # OpenAI's field -> SamplingParams' (llama-server's own names pass as they are)
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
             "repeat_penalty": "repeat_penalty", "seed": "seed"}
@@ -53,16 +59,18 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.param, self.code, self.kind = status, param, code, kind
 
+    def body(self):
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
+
     def response(self):
-        return JSONResponse({"error": {"message": str(self), "type": self.kind, "param": self.param,
-                                       "code": self.code}}, status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status)
 
 
 def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
     """The starlette app serving model under name."""
     n_ctx = n_ctx or min(model.config.max_position_embeddings, 4096)
     scheduler = Scheduler(model, slots, n_ctx, queue) if model.config.causal else None
-    one_at_a_time = threading.Lock()       # a diffusion model's requests
+    diffusion = ThreadPoolExecutor(1, thread_name_prefix="tinydiff-diffusion") if scheduler is None else None
 
     def check_key(request):
         if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
@@ -101,17 +109,21 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
             ids = model._ids(prompt).tolist()
         else:
             raise ApiError(400, "prompt must be a non-empty string or list of token ids", param="prompt")
-        return await answer(request, body, ids, "text_completion", default_max=16)
+        return await answer(body, ids, "text_completion", default_max=16)
 
     async def chat_completions(request):
         body = await body_of(request)
-        ids = model.chat_ids(body.get("messages"))
-        return await answer(request, body, ids, "chat.completion", default_max=None)
+        ids = model.chat_ids(_text_messages(body.get("messages")))
+        return await answer(body, ids, "chat.completion", default_max=None)
 
-    async def answer(request, body, ids, kind, default_max):
+    async def answer(body, ids, kind, default_max):
+        stream, options = _stream_options(body)
+        if body.get("n", 1) != 1:
+            raise ApiError(400, f"n must be 1 (one answer a request), got {body['n']!r}", param="n")
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
         if max_tokens is None:
-            max_tokens = default_max or max(n_ctx - len(ids), 1)
+            max_tokens = default_max or (max(n_ctx - len(ids), 1) if scheduler is not None
+                                         else min(DIFFUSION_MAX_TOKENS, max(n_ctx - len(ids), 1)))
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ApiError(400, f"max_tokens must be an integer >= 1, got {max_tokens!r}", param="max_tokens")
         if len(ids) + max_tokens > n_ctx:
@@ -122,19 +134,83 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
         if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
             raise ApiError(400, "stop must be a string or a list of strings", param="stop")
         run = Run(kind, name, len(ids))
-        if scheduler is not None:
-            params = SamplingParams.of(**{**dict(model.config.sampling_defaults),
-                                          **{ours: body[k] for k, ours in SAMPLING.items() if body.get(k) is not None}})
+        events = generated(body, ids, max_tokens, stop, run) if scheduler is not None \
+            else denoised(body, ids, max_tokens, stop, run)
+        if stream:
+            return StreamingResponse(run.events(events, options.get("include_usage") is True),
+                                     media_type="text/event-stream")
+        return JSONResponse(await run.whole(events))
+
+    def generated(body, ids, max_tokens, stop, run):
+        """The events of an autoregressive answer: its text pieces, from the scheduler's tokens."""
+        params = SamplingParams.of(**{**dict(model.config.sampling_defaults),
+                                      **{ours: body[k] for k, ours in SAMPLING.items() if body.get(k) is not None}})
+        tokens, loop = asyncio.Queue(), asyncio.get_running_loop()
+        try:
+            seq = scheduler.submit(ids, max_tokens, params, lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t))
+        except Busy as e:
+            raise ApiError(503, f"the server is busy: {e}", kind="server_error", code="busy") from None
+
+        async def events():
+            text = TextStream(model.tokenizer, model.stop_ids, stop)
             try:
-                seq = scheduler.submit(ids, max_tokens, params)
-            except Busy as e:
-                raise ApiError(503, f"the server is busy: {e}", kind="server_error", code="busy") from None
-            pieces = stream_text(model.tokenizer, iter(seq), model.stop_ids, stop, on_stop=run.stopped)
-            return await run.respond(request, body, pieces, seq)
+                while (token := await tokens.get()) is not None:
+                    piece = text.push(token)
+                    if piece:
+                        yield piece
+                    if text.done:
+                        break
+                if seq.finish_reason == "error" and not text.done:
+                    raise ApiError(500, f"the engine failed: {seq.error}", kind="server_error")
+                piece = text.finish()
+                if piece:
+                    yield piece
+                run.ended("stop" if text.done else "length", text.tokens)
+            finally:
+                seq.cancel()          # a client gone (or a stop string met): the slot is free at the next step
+        return events()
+
+    def denoised(body, ids, max_tokens, stop, run):
+        """The events of a diffusion answer, made on the diffusion thread: its steps, if asked for,
+        then its text as one piece."""
         options = {k: v for k, v in body.items() if k in DENOISING and v is not None}
-        model.denoise_steps(ids, max_tokens, **options)        # every check now, before any answer starts
-        denoised = Denoised(model, ids, max_tokens, options, stop, one_at_a_time, bool(body.get("stream_steps")))
-        return await run.respond(request, body, iter(denoised), denoised)
+        steps = model.denoise_steps(ids, max_tokens, **options)    # every check now, before any answer starts
+        show_steps = body.get("stream_steps") is True
+        out, loop, gone = asyncio.Queue(), asyncio.get_running_loop(), threading.Event()
+
+        def work():
+            try:
+                for item in steps:
+                    if gone.is_set():
+                        break
+                    if isinstance(item, Step) and show_steps:
+                        give({"step": item.index, "text": _canvas_text(model, item, len(ids))})
+                    elif isinstance(item, Denoised):
+                        give(item)
+            except Exception as e:
+                give(e)
+            give(None)
+
+        def give(item):
+            loop.call_soon_threadsafe(out.put_nowait, item)
+
+        async def events():
+            diffusion.submit(work)
+            try:
+                while (item := await out.get()) is not None:
+                    if isinstance(item, Exception):
+                        raise ApiError(500, f"the engine failed: {type(item).__name__}: {item}", kind="server_error")
+                    if isinstance(item, dict):
+                        yield item
+                        continue
+                    text = model.text(item.ids)
+                    cut = cut_at_stop(text, stop)
+                    yield cut
+                    ended = cut != text or (item.ids and item.ids[-1] in model.stop_ids)
+                    run.ended("stop" if ended else "length", len(item.ids))
+            finally:
+                gone.set()
+        return events()
 
     async def errors(request, e):
         if isinstance(e, ApiError):
@@ -149,114 +225,98 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
     return Starlette(routes=routes, exception_handlers={ApiError: errors, TinydiffError: errors, Exception: errors})
 
 
-class Denoised:
-    """A diffusion model's answer, made on a worker thread one request at a time, as one piece;
-    with steps, each denoising step first, as {"step": i, "text": the canvas after the prompt,
-    masks as MASK_SHOWN} (a streaming client's "denoising" field)."""
+def _stream_options(body):
+    """(stream, stream_options) checked: a bool, and options (an object) only with stream."""
+    stream, options = body.get("stream", False), body.get("stream_options")
+    if not isinstance(stream, bool):
+        raise ApiError(400, f"stream must be true or false, got {stream!r}", param="stream")
+    if options is not None and (not stream or not isinstance(options, dict)):
+        raise ApiError(400, "stream_options must be an object, and is only allowed with stream: true",
+                       param="stream_options")
+    return stream, options or {}
 
-    def __init__(self, model, ids, gen_length, options, stop, lock, steps=False):
-        self.model, self.ids, self.gen_length, self.options, self.stop, self.lock = model, ids, gen_length, options, stop, lock
-        self.steps, self.new, self.finish_reason = steps, [], None
 
-    def __iter__(self):
-        from ..decoding.diffusion import Step
-        from ..decoding.generate import cut_at_stop
-        with self.lock:
-            for item in self.model.denoise_steps(self.ids, self.gen_length, **self.options):
-                if isinstance(item, Step) and self.steps:
-                    yield {"step": item.index, "text": self._canvas(item)}
-                elif not isinstance(item, Step):
-                    self.new = item.ids
-        self.finish_reason = "stop" if self.new and self.new[-1] in self.model.stop_ids else "length"
-        text = self.model.text(self.new)
-        cut = cut_at_stop(text, self.stop)
-        self.finish_reason = "stop" if cut != text else self.finish_reason
-        yield cut
+def _text_messages(messages):
+    """OpenAI's messages with a content that is a list of text parts made plain strings."""
+    if not isinstance(messages, list):
+        return messages
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise ApiError(400, "message content parts must be {\"type\": \"text\", \"text\": ...} (text only)",
+                               param="messages")
+            m = {**m, "content": "".join(p["text"] for p in content)}
+        out.append(m)
+    return out
 
-    def _canvas(self, step):
-        tok, start = self.model.tokenizer, len(self.ids)
-        return "".join(tok.decode([int(t)]) if done else MASK_SHOWN
-                       for t, done in zip(step.canvas[start:], step.committed[start:]))
 
-    def cancel(self):
-        pass
+def _canvas_text(model, step, start):
+    """A denoising step's answer so far, masked positions shown as MASK_SHOWN."""
+    tok = model.tokenizer
+    return "".join(tok.decode([int(t)]) if done else MASK_SHOWN
+                   for t, done in zip(step.canvas[start:], step.committed[start:]))
 
 
 class Run:
-    """One response: the pieces of text as OpenAI's JSON, whole or as server-sent events."""
+    """One response: its events (text pieces, denoising steps) as OpenAI's JSON, whole or as
+    server-sent events."""
 
     def __init__(self, kind, model, prompt_tokens):
         self.kind, self.model, self.prompt_tokens = kind, model, prompt_tokens
         self.id = ("cmpl-" if kind == "text_completion" else "chatcmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
-        self.stop_string = False                       # the answer was cut before a stop string
+        self.finish_reason, self.completion_tokens = None, 0
 
-    def stopped(self):
-        self.stop_string = True
+    def ended(self, reason, tokens):
+        """OpenAI's finish_reason ("stop" at a stop id or string, "length" at max_tokens) and the
+        tokens the answer took, up to its stop."""
+        self.finish_reason, self.completion_tokens = reason, tokens
 
-    async def respond(self, request, body, pieces, seq):
-        if body.get("stream"):
-            usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(self.events(request, pieces, seq, usage), media_type="text/event-stream")
-        try:
-            text = "".join([piece async for piece in _pieces(pieces) if isinstance(piece, str)])
-        finally:
-            seq.cancel()
-        return JSONResponse(self.whole(text, self.reason(seq), self.usage(seq)))
+    def usage(self):
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
 
-    def reason(self, seq):
-        """OpenAI's finish_reason: "stop" at a stop id or string, "length" at max_tokens."""
-        return "stop" if self.stop_string or seq.finish_reason != "length" else "length"
-
-    def usage(self, seq):
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": len(seq.new),
-                "total_tokens": self.prompt_tokens + len(seq.new)}
-
-    def whole(self, text, reason, usage):
+    async def whole(self, events):
+        text = "".join([piece async for piece in events if isinstance(piece, str)])
         if self.kind == "text_completion":
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason}
         else:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": reason}
+                      "finish_reason": self.finish_reason}
         return {"id": self.id, "object": self.kind, "created": self.created, "model": self.model,
-                "choices": [choice], "usage": usage}
+                "choices": [choice], "usage": self.usage()}
 
-    def chunk(self, text=None, reason=None, first=False, usage=None, denoising=None):
+    def chunk(self, text=None, reason=None, first=False, usage=False, denoising=None, with_usage=False):
         if self.kind == "text_completion":
             choices = [] if usage else [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}]
             kind = "text_completion"
         else:
-            delta = {} if reason else {"content": text or ""}
-            if first:
-                delta = {"role": "assistant", "content": ""}
+            delta = {"role": "assistant", "content": ""} if first else {} if reason else {"content": text or ""}
             choices = [] if usage else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]
             kind = "chat.completion.chunk"
         out = {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices}
-        if usage is not None:
-            out["usage"] = usage
+        if with_usage:                                  # OpenAI: null in every chunk but the last
+            out["usage"] = self.usage() if usage else None
         if denoising is not None:
             out["denoising"] = denoising
         return f"data: {json.dumps(out)}\n\n"
 
-    async def events(self, request, pieces, seq, include_usage):
+    async def events(self, events, include_usage):
+        u = include_usage
         try:
             if self.kind != "text_completion":
-                yield self.chunk(first=True)
-            async for piece in _pieces(pieces):
-                yield self.chunk(piece) if isinstance(piece, str) else self.chunk(denoising=piece)
-            yield self.chunk(reason=self.reason(seq))
+                yield self.chunk(first=True, with_usage=u)
+            async for item in events:
+                yield self.chunk(item, with_usage=u) if isinstance(item, str) else self.chunk(denoising=item, with_usage=u)
+            yield self.chunk(reason=self.finish_reason, with_usage=u)
             if include_usage:
-                yield self.chunk(usage=self.usage(seq))
+                yield self.chunk(usage=True, with_usage=u)
             yield "data: [DONE]\n\n"
-        finally:
-            seq.cancel()              # a client gone (or a stop string met): the slot is free at the next step
-
-
-async def _pieces(pieces):
-    """The pieces of a blocking iterator, each awaited on a worker thread (the event loop never waits)."""
-    end = object()
-    while (piece := await asyncio.to_thread(next, pieces, end)) is not end:
-        yield piece
+        except ApiError as e:                           # mid-stream: the status is sent, the error is an event
+            yield f"data: {json.dumps(e.body())}\n\n"
 
 
 def serve(model, name, host="127.0.0.1", port=8080, slots=4, n_ctx=None, api_key=None):
