@@ -20,7 +20,6 @@ read: one State serves one turn at a time.
 """
 from .decoding.diffusion import to_the_end
 from .decoding.generate import decode_tokens, stream_text
-from .decoding.sampling import SamplingParams
 from .errors import UsageError, is_integer
 
 PREFILL_ROWS = 512   # rows per prefill pass of a turn (llama.cpp's default micro-batch)
@@ -67,8 +66,7 @@ class Chat:
                              f"context of {self.n_ctx} positions: /reset it, or ask for fewer tokens")
         self.ids = ids
         if self.model.config.causal:
-            answer = self._generate(ids, max_new_tokens, SamplingParams.of(
-                **{**dict(self.model.config.sampling_defaults), **options}))
+            answer = self._generate(ids, max_new_tokens, self.model.sampling_params(**options))
         else:
             answer = self._denoise(ids, max_new_tokens, on_step, options)
         self._turn = self._record(messages, answer)
@@ -105,11 +103,15 @@ class Chat:
         return stream_text(model.tokenizer, self._cache_as_run(ids, tokens), model.stop_ids, None)
 
     def _cache_as_run(self, ids, tokens):
-        """The tokens, noting what the cache holds after each: the prompt and all but the newest."""
-        new = []
+        """The tokens, noting what the cache holds after each: the prompt (once the first token
+        shows it prefilled), then each token once the pass after it has written its K/V."""
+        held = None                               # the newest token: its K/V not yet written
         for token in tokens:
-            self.cached = list(ids) + new
-            new.append(token)
+            if held is None:
+                self.cached = list(ids)
+            else:
+                self.cached.append(held)
+            held = token
             yield token
 
     def _denoise(self, ids, max_new_tokens, on_step, options):

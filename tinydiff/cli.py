@@ -65,6 +65,14 @@ def diffusion_options(args):
     return {name: None if value == "none" else value for name, value in given.items()}
 
 
+def _add_decoding_args(p):
+    """--mode, then the sampling and denoising flags: how generate and chat decode."""
+    p.add_argument("--mode", choices=["ar", "diffusion"], default=None,
+                   help="autoregressive or masked diffusion (default: what the model was trained for)")
+    _add_sampling_args(p)
+    _add_diffusion_args(p)
+
+
 def build_parser():
     from . import __version__
     parser = _Parser(prog="tinydiff", description="CPU inference for autoregressive and masked-diffusion LMs")
@@ -82,10 +90,7 @@ def build_parser():
     g.add_argument("--no-display-prompt", dest="display_prompt", action="store_false",
                    help="print only the completion, not the prompt before it")
     g.add_argument("--stats", action="store_true", help="print timings to stderr, as llama.cpp does")
-    g.add_argument("--mode", choices=["ar", "diffusion"], default=None,
-                   help="autoregressive or masked diffusion (default: what the model was trained for)")
-    _add_sampling_args(g)
-    _add_diffusion_args(g)
+    _add_decoding_args(g)
     g.set_defaults(run=cmd_generate)
 
     c = sub.add_parser("chat", help="talk with an instruct model through its chat template (/reset, /exit)")
@@ -93,13 +98,10 @@ def build_parser():
     c.add_argument("--system", default=None, help="system message")
     c.add_argument("-n", "--n-predict", type=int, default=256, help="tokens per answer at most (default 256)")
     c.add_argument("-c", "--ctx-size", type=int, default=None,
-                   help="positions the conversation may take (default: the model's context)")
+                   help="positions the conversation may take (default: the model's context, at most 4096)")
     c.add_argument("--chat-template-file", default=None,
                    help="a Jinja chat template to use instead of the model's")
-    c.add_argument("--mode", choices=["ar", "diffusion"], default=None,
-                   help="autoregressive or masked diffusion (default: what the model was trained for)")
-    _add_sampling_args(c)
-    _add_diffusion_args(c)
+    _add_decoding_args(c)
     c.set_defaults(run=cmd_chat)
 
     v = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (needs the [serve] extra)")
@@ -244,6 +246,13 @@ def ar_sampling(args):
     return {name: value for name, value in given.items() if value is not None}
 
 
+def diffusion_sampling(args, seed):
+    """The token choice of a denoising run: LLaDA's greedy defaults, unless a flag says otherwise
+    (infill has no --top-k / --top-p: the defaults)."""
+    return dict(temperature=_or(args.temp, 0.0), seed=seed, top_k=_or(getattr(args, "top_k", None), 0),
+                top_p=_or(getattr(args, "top_p", None), 1.0))
+
+
 def cmd_generate(args):
     from .decoding.generate import Timings
     prompt = read_prompt(args)
@@ -299,9 +308,7 @@ def run_diffusion(args, model, prompt, infill=False, seed=None, echo=False):
     from .decoding.diffusion import to_the_end
     from .decoding.generate import cut_at_stop
     from .decoding.visual import LiveView
-    options = diffusion_options(args)
-    options["temperature"] = _or(args.temp, 0.0)
-    options["seed"] = seed
+    options = {**diffusion_options(args), **diffusion_sampling(args, seed)}
     if infill:
         ids, first, last = model.holes(prompt)
         options.setdefault("eos", "suppress")
@@ -309,7 +316,7 @@ def run_diffusion(args, model, prompt, infill=False, seed=None, echo=False):
         start = 0
     else:
         ids = model.encode_prompt(prompt)
-        options.update(gen_length=args.n_predict, top_k=_or(args.top_k, 0), top_p=_or(args.top_p, 1.0))
+        options.update(gen_length=args.n_predict)
         start = len(ids)
     steps = model.denoise_steps(ids, **options)         # every check made: nothing printed yet
     view = LiveView(model.tokenizer, sys.stdout, start=start,
@@ -349,8 +356,7 @@ def cmd_chat(args):
     sys.stdin.reconfigure(errors="replace")   # a stray byte in what is typed is a character, not a crash
     if mode == "diffusion":
         model._mask()      # an autoregressive model named with --mode diffusion: refused before the loop
-        options = {**diffusion_options(args), "temperature": _or(args.temp, 0.0), "seed": seed,
-                   "top_k": _or(args.top_k, 0), "top_p": _or(args.top_p, 1.0)}
+        options = {**diffusion_options(args), **diffusion_sampling(args, seed)}
     else:
         options = {**ar_sampling(args), "seed": seed}
     while True:

@@ -104,6 +104,11 @@ def _is_batch(ids):
             and all(isinstance(p, (list, tuple, np.ndarray)) for p in ids))
 
 
+def _is_text_batch(prompt):
+    """A list of prompts (each a string), not one prompt."""
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(isinstance(p, str) for p in prompt)
+
+
 def _per_prompt(value, n, name):
     """One value per prompt of a batch of n: a list of n as it is, anything else n times."""
     if isinstance(value, (list, tuple)):
@@ -294,9 +299,14 @@ class Model:
         if not self.config.causal:
             raise UsageError(f"{self.path or 'this model'} is a masked-diffusion model (bidirectional "
                              "attention): generate with denoise() or --mode diffusion")
-        params = SamplingParams.of(**{**dict(self.config.sampling_defaults), **sampling})
+        params = self.sampling_params(**sampling)
         ids = self._fit_prompt(self._ids(ids).tolist(), max_new_tokens, truncate)
         return decode_tokens(self.transformer, ids, max_new_tokens, params, self.stop_ids, timings)
+
+    def sampling_params(self, **sampling):
+        """SamplingParams from the options given, the model's defaults (generation_config.json's,
+        config.with_generation_config) filling the rest, then llama.cpp's."""
+        return SamplingParams.of(**{**dict(self.config.sampling_defaults), **sampling})
 
     def generate_ids(self, ids, max_new_tokens=128, **sampling):
         """The new ids only (ending with EOS if the model produced it, as transformers does).
@@ -315,8 +325,7 @@ class Model:
         truncate = sampling.pop("truncate", False)
         prompts = [self._fit_prompt(self._ids(p).tolist(), m, truncate) for p, m in zip(ids, steps)]
         options = {name: _per_prompt(value, n, name) for name, value in sampling.items()}
-        params = [SamplingParams.of(**{**dict(self.config.sampling_defaults), **{k: v[i] for k, v in options.items()}})
-                  for i in range(n)]
+        params = [self.sampling_params(**{k: v[i] for k, v in options.items()}) for i in range(n)]
         new = [[] for _ in prompts]
         for i, token in decode_batch(self.transformer, prompts, steps, params, self.stop_ids):
             new[i].append(token)
@@ -334,7 +343,7 @@ class Model:
     def generate(self, prompt, max_new_tokens=128, stop=None, **sampling):
         """The completion only, without the prompt, cut before any stop string. A list of prompts
         is decoded as one batch (generate_ids) and gives a list of completions."""
-        if not (isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt)):
+        if not _is_text_batch(prompt):
             return "".join(self.stream(prompt, max_new_tokens, stop, **sampling))
         stop = [stop] if isinstance(stop, str) else stop
         new = self.generate_ids([self.encode_prompt(p) for p in prompt], max_new_tokens, **sampling)
@@ -392,7 +401,7 @@ class Model:
     def denoise(self, prompt, gen_length=128, *, on_step=None, **options):
         """The generated text: the prompt followed by gen_length masks, denoised step by step. A
         list of prompts is denoised as one batch (denoise_ids) and gives a list of texts."""
-        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt):
+        if _is_text_batch(prompt):
             ids = self.denoise_ids([self.encode_prompt(p) for p in prompt], gen_length, on_step=on_step, **options)
             return [self.text(i) for i in ids]
         return self.text(self.denoise_ids(self.encode_prompt(prompt), gen_length, on_step=on_step, **options))

@@ -90,12 +90,14 @@ def decode_batch(transformer, prompts, max_new_tokens, params, stop_ids):
                                      slots=running)                     # [B', V]
 
 
-def prefill(transformer, ids, state, start):
-    """Runs ids at positions start.. into the cache, in passes of as many rows as the State's
-    buffers hold (one pass for a prompt State sized to it); the last position's logits [1, V]."""
+def prefill(transformer, ids, state, start, slot=None):
+    """Runs ids at positions start.. into the cache (of the State's sequence `slot`, default its
+    only one), in passes of as many rows as the State's buffers hold (one pass for a prompt State
+    sized to it); the last position's logits [1, V]."""
     rows = state.buf.n_max
     for i in range(0, len(ids), rows):
-        logits = transformer.forward(np.asarray([ids[i:i + rows]]), state, start + i, last_only=True)
+        logits = transformer.forward(np.asarray([ids[i:i + rows]]), state, start + i, last_only=True,
+                                     slots=None if slot is None else [slot])
     return logits
 
 

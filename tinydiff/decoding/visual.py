@@ -20,6 +20,17 @@ NEW_STYLE, RESET = "\x1b[1;32m", "\x1b[0m"
 MASKED, NEW, OLD = 0, 1, 2
 
 
+def masked_text(tokenizer, ids, committed):
+    """The text of canvas ids, each run of masked positions shown as MASK_CHARs, each run of
+    committed ones decoded whole (a character split across tokens comes out right)."""
+    out, at = [], 0
+    for done, group in itertools.groupby(np.asarray(committed, bool)):
+        n = len(list(group))
+        out.append(tokenizer.text([int(i) for i in ids[at:at + n]]) if done else MASK_CHAR * n)
+        at += n
+    return "".join(out)
+
+
 class LiveView:
     def __init__(self, tokenizer, stream=None, start=0, given=None):
         """start: the first canvas position shown (e.g. the prompt length). given: a bool per canvas

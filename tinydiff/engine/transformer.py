@@ -72,10 +72,9 @@ class PagedKVCache:
     all those before it (a chained hash: equal names, equal K/V, since attention is causal and RoPE
     positions absolute), stays named after its sequences end, and a later sequence whose ids start
     the same takes it instead of recomputing it. Pages no sequence holds are freed least recently
-    used first when a sequence needs one; `pages` bounds the pool (page_bytes each)."""
+    used first when a sequence needs one; `pages` bounds the pool (page_bytes(cfg) each)."""
 
     def __init__(self, cfg, pages):
-        self.page_bytes = 2 * cfg.num_hidden_layers * K.PAGE * cfg.kv_dim * 4
         self.k = np.zeros((cfg.num_hidden_layers, pages * K.PAGE, cfg.kv_dim), np.float32)  # [L, rows, KVH*hd]
         self.v = np.zeros((cfg.num_hidden_layers, pages * K.PAGE, cfg.kv_dim), np.float32)
         self.tables = {}                     # slot -> int64 [pages]
@@ -83,6 +82,11 @@ class PagedKVCache:
         self.refs = [0] * pages              # sequences holding each page
         self.named, self.name_of = {}, {}    # prefix name -> page, page -> name
         self.idle = OrderedDict()            # named pages no sequence holds, least recently used first
+
+    @staticmethod
+    def page_bytes(cfg):
+        """K and V of one page, every layer, f32."""
+        return 2 * cfg.num_hidden_layers * K.PAGE * cfg.kv_dim * 4
 
     @staticmethod
     def names(ids):

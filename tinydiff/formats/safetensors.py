@@ -94,9 +94,7 @@ class SafeTensors(TensorTable):
             bits = a.astype(np.uint32)
             bits <<= 16  # in place: `bits << 16` would turn a 0-d array into a numpy scalar
             return bits.view(np.float32)
-        # Writers that follow the reference align every tensor; a hand-made file may not, and the
-        # C kernels want aligned floats.
-        return a if a.flags.aligned else a.copy()
+        return self.stored(name)
 
 
 def open_safetensors(path):

@@ -30,9 +30,11 @@ from collections import deque
 
 import numpy as np
 
+from ..decoding.generate import prefill
 from ..decoding.sampling import Sampler
 from ..engine.kernels import PAGE
 from ..engine.ledger import Ledger
+from ..engine.transformer import PagedKVCache
 from ..errors import UsageError
 
 PREFILL_ROWS = 512      # rows per prefill pass (llama.cpp's default micro-batch)
@@ -100,9 +102,8 @@ class Scheduler:
     def __init__(self, model, slots=4, n_ctx=None, queue=64, prefix_cache_bytes=64 << 20, ledger=False):
         self.model, self.slots, self.queue_size = model, slots, queue
         self.n_ctx = n_ctx or model.config.max_position_embeddings
-        cfg = model.config
-        page_bytes = 2 * cfg.num_hidden_layers * PAGE * cfg.kv_dim * 4
-        pages = slots * -(-self.n_ctx // PAGE) + prefix_cache_bytes // page_bytes   # every slot can fill its context
+        pages = (slots * -(-self.n_ctx // PAGE)                        # every slot can fill its context
+                 + prefix_cache_bytes // PagedKVCache.page_bytes(model.config))
         self.state = model.transformer.state(self.n_ctx, batch=slots, rows=max(slots, min(PREFILL_ROWS, self.n_ctx)),
                                              pages=pages)
         self.cache = self.state.cache
@@ -158,14 +159,11 @@ class Scheduler:
     def _admit(self, slot, seq):
         """Prefills the prompt into the slot's pages, but for the pages the prefix cache already
         holds, and takes the first token."""
-        forward = self.model.transformer.forward
         if seq.cancelled:
             return self._retire(slot, seq, "cancelled")
         seq.reused = self.cache.start(slot, seq.ids)
         self._grow(slot, len(seq.ids))
-        rows = self.state.buf.n_max
-        for i in range(seq.reused, len(seq.ids), rows):
-            logits = forward(np.asarray([seq.ids[i:i + rows]]), self.state, i, last_only=True, slots=[slot])
+        logits = prefill(self.model.transformer, seq.ids[seq.reused:], self.state, seq.reused, slot)
         seq.prefilled = len(seq.ids) - seq.reused
         self.cache.name_pages(slot, seq.ids)
         self.running[slot] = seq

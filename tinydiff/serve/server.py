@@ -41,13 +41,12 @@ from starlette.routing import Route
 
 from ..decoding.diffusion import Denoised, Options, Step
 from ..decoding.generate import TextStream, cut_at_stop
-from ..decoding.sampling import SamplingParams
+from ..decoding.visual import masked_text
 from ..errors import TinydiffError, UsageError
 from .scheduler import Busy, Scheduler
 
 # the request fields a diffusion model reads: its denoising options (eos: a request always stops at EOS)
 DENOISING = {f.name for f in fields(Options)} - {"eos"}
-MASK_SHOWN = "\u2591"   # a masked position in a streamed denoising step, as --visual draws it
 DIFFUSION_MAX_TOKENS = 128   # a diffusion answer's canvas when the request names none (LLaDA's default)
 # OpenAI's field -> SamplingParams' (llama-server's own names pass as they are)
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
@@ -143,8 +142,7 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
 
     def generated(body, ids, max_tokens, stop, run):
         """The events of an autoregressive answer: its text pieces, from the scheduler's tokens."""
-        params = SamplingParams.of(**{**dict(model.config.sampling_defaults),
-                                      **{ours: body[k] for k, ours in SAMPLING.items() if body.get(k) is not None}})
+        params = model.sampling_params(**{ours: body[k] for k, ours in SAMPLING.items() if body.get(k) is not None})
         tokens, loop = asyncio.Queue(), asyncio.get_running_loop()
         try:
             seq = scheduler.submit(ids, max_tokens, params, lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t))
@@ -184,7 +182,8 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
                     if gone.is_set():
                         break
                     if isinstance(item, Step) and show_steps:
-                        give({"step": item.index, "text": _canvas_text(model, item, len(ids))})
+                        give({"step": item.index, "text": masked_text(model.tokenizer, item.canvas[len(ids):],
+                                                                      item.committed[len(ids):])})
                     elif isinstance(item, Denoised):
                         give(item)
             except Exception as e:
@@ -251,13 +250,6 @@ def _text_messages(messages):
             m = {**m, "content": "".join(p["text"] for p in content)}
         out.append(m)
     return out
-
-
-def _canvas_text(model, step, start):
-    """A denoising step's answer so far, masked positions shown as MASK_SHOWN."""
-    tok = model.tokenizer
-    return "".join(tok.decode([int(t)]) if done else MASK_SHOWN
-                   for t, done in zip(step.canvas[start:], step.committed[start:]))
 
 
 class Run:
