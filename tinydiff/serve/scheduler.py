@@ -89,7 +89,10 @@ class Sequence:
     def _give(self, item):
         self._out.put(item)
         if self.on_token is not None:
-            self.on_token(item)
+            try:
+                self.on_token(item)
+            except Exception:          # its reader is gone (a closed event loop): stop it, never the engine
+                self.cancelled = True
 
 
 class Scheduler:
