@@ -368,3 +368,15 @@ def test_a_burst_of_streamed_diffusion_requests_is_answered_in_turn():
     finally:
         p.terminate()
         p.wait(timeout=10)
+
+
+def test_a_reader_that_is_gone_stops_its_request_not_the_engine():
+    model = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    scheduler = Scheduler(model, slots=1)
+
+    def closed_loop(token):
+        raise RuntimeError("Event loop is closed")
+    gone = scheduler.submit([5, 6], 50, greedy(), on_token=closed_loop)
+    list(gone)
+    assert gone.finish_reason == "cancelled" and len(gone.new) < 50
+    assert list(scheduler.submit([7, 8], 4, greedy())) == model.generate_ids([7, 8], 4, temperature=0)
