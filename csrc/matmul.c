@@ -15,8 +15,10 @@
 
    Other weight types (quant.h): x rows are converted once per call to the type the weights' dot
    product wants. Few x rows: each weight row is dotted with every converted x row by the type's
-   vec_dot, reading the weights once in their own type. Many x rows: Q8_0 and Q4_0 run an int8
-   GEMM on AVX512_VNNI (gemm_q8.c); otherwise the converted x is widened back to f32 and the f32
+   vec_dot, reading the weights once in their own type; where the type has a tile (Q8_0 and Q4_0
+   on AVX512_VNNI), 4 weight rows by up to 4 x rows at once, each weight pair of blocks unpacked
+   once for all the x rows. Many x rows: Q8_0 and Q4_0 run an int8 GEMM on AVX512_VNNI
+   (gemm_q8.c); otherwise the converted x is widened back to f32 and the f32
    GEMM above runs, each weight panel widened to f32 just before it is packed.
 
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
@@ -127,27 +129,30 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
     td_parallel_for(kern->gemm, &a, ntasks, 2.0 * kern->nr * k * a.chunk);
 }
 
-/* typed weights, few x rows: tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e), four
-   at a time where the type has a 4-row dot product */
+/* typed weights, few x rows: tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e), in
+   tiles of 4 weight rows by up to 4 x rows where the type has them, else a row by a row */
 static void matmul_rows_typed(void *ctx, int64_t b, int64_t e)
 {
     const struct mm *a = ctx;
     int64_t j1 = e * ROWS_PER_TASK < a->m ? e * ROWS_PER_TASK : a->m;
     for (int64_t j = b * ROWS_PER_TASK; j < j1;) {
-        const int rows = a->tt->vec_dot4 && j + 4 <= j1 ? 4 : 1;
+        const int rows = a->tt->vec_dot_4xn && j + 4 <= j1 ? 4 : 1;
         const char *w = (const char *)a->w + j * a->row_bytes;
         /* the cache lines of rows some way ahead, requested at once: vec_dot reads a row at a
            time, and its own loads alone keep too few misses in flight (Q8_0 streams 2x faster so) */
         for (int64_t p = 0; p < rows * a->row_bytes; p += 64)
             __builtin_prefetch(w + PREFETCH_BYTES + p);
-        for (int64_t i = 0; i < a->n; i++) {
-            float s[4], *y = a->y + i * a->m + j;
+        for (int64_t i = 0; i < a->n;) {
+            const int nx = rows == 4 ? (a->n - i < 4 ? (int)(a->n - i) : 4) : 1;
+            float s[4][4], *y = a->y + i * a->m + j; /* s[x row][weight row] */
             if (rows == 4)
-                a->tt->vec_dot4(a->k, w, a->row_bytes, a->xc + i * a->xc_bytes, s);
+                a->tt->vec_dot_4xn(a->k, w, a->row_bytes, a->xc + i * a->xc_bytes, a->xc_bytes, nx, s[0], 4);
             else
-                s[0] = a->tt->vec_dot(a->k, w, a->xc + i * a->xc_bytes);
-            for (int r = 0; r < rows; r++)
-                y[r] = a->acc ? y[r] + s[r] : s[r];
+                s[0][0] = a->tt->vec_dot(a->k, w, a->xc + i * a->xc_bytes);
+            for (int t = 0; t < nx; t++)
+                for (int r = 0; r < rows; r++)
+                    y[t * a->m + r] = a->acc ? y[t * a->m + r] + s[t][r] : s[t][r];
+            i += nx;
         }
         j += rows;
     }

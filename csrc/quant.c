@@ -150,31 +150,80 @@ TD_AVX512_VNNI TD_INLINE __m512i nibbles_pair_q4_0(const block_q4_0 *w)
                               _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
 }
 
-/* Two blocks a step in one zmm, eight blocks' scales at a time; the pairs past the last 8 with
-   their scales one by one, an odd last block as AVX2 does, with vpdpbusd. The lanes of a pair's
-   scale follow its dot product's. */
-TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_avx512(int64_t k, const void *vw, const void *vx)
+/* The int8 tiles: R weight rows (1 or 4) by N x rows (1 to 4) at once, each weight pair of blocks
+   and each x pair prepared once for the whole tile, so a few rows of x (a batch of decoding
+   sequences) pass the weights for little more than one. Two blocks a step in one zmm, eight
+   blocks' scales at a time; the pairs past the last 8 with their scales one by one, an odd last
+   block as AVX2 does. The lanes of a pair's scale follow its dot product's. Each (row, x row)
+   sum runs in the same order whatever R and N are: the same result to the bit as vec_dot. */
+
+/* the int32 sums of |w| . x: 128 . w per lane, negated, starts vpdpbusd on x + 128 (unsigned)
+   at w . x exactly: (x + 128) . w - 128 . w */
+TD_AVX512_VNNI TD_INLINE __m512i minus_128w(__m512i qw)
 {
-    const block_q8_0 *w = vw, *x = vx;
+    return _mm512_sub_epi32(_mm512_setzero_si512(),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), qw));
+}
+
+/* an odd last block, as AVX2 does it, with vpdpbusd */
+TD_AVX512_VNNI TD_INLINE float last_block_q8_0(const block_q8_0 *w, const block_q8_0 *x)
+{
+    const __m256i qw = _mm256_loadu_si256((const __m256i *)w->qs), qx = _mm256_loadu_si256((const __m256i *)x->qs);
+    return hsum_float_8(_mm256_mul_ps(scale_8(w->d, x->d), mul_sum_i8_pairs_vnni(qw, qx)));
+}
+
+TD_AVX512_VNNI TD_INLINE void dot_tile_q8_0(const int R, const int N, int64_t k, const char *vw, int64_t row_bytes,
+                                            const char *vx, int64_t x_bytes, float *y, int64_t ldy)
+{
     const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m512 acc = _mm512_setzero_ps();
+    const __m512i x128 = _mm512_set1_epi8((char)0x80);
+    const block_q8_0 *w[4], *x[4];
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        w[r] = (const block_q8_0 *)(vw + r * row_bytes);
+    for (int n = 0; n < N; n++) {
+        x[n] = (const block_q8_0 *)(vx + n * x_bytes);
+        for (int r = 0; r < R; r++)
+            acc[r][n] = _mm512_setzero_ps();
+    }
     int64_t nb = k / QK8_0, i = 0;
     for (; i + 8 <= nb; i += 8) {
-        const __m512 s = scales8(scales8_q8_0(w + i), x + i);
-        for (int j = 0; j < 8; j += 2)
-            acc = _mm512_fmadd_ps(dot_pair_q8_0(w + i + j, x + i + j),
-                                  _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(j)), s), acc);
+        __m256 dw[4], dx[4];
+        for (int r = 0; r < R; r++)
+            dw[r] = _mm256_cvtph_ps(scales8_q8_0(w[r] + i));
+        for (int n = 0; n < N; n++)
+            dx[n] = _mm256_cvtph_ps(scales8_q8_0(x[n] + i));
+        for (int j = 0; j < 8; j += 2) {
+            const __m512i at = _mm512_add_epi32(lanes, _mm512_set1_epi32(j));
+            __m512i qw[4], start[4];
+            for (int r = 0; r < R; r++)
+                qw[r] = load_q8_pair(w[r] + i + j), start[r] = minus_128w(qw[r]);
+            for (int n = 0; n < N; n++) {
+                const __m512i xu = _mm512_xor_si512(load_q8_pair(x[n] + i + j), x128);
+                for (int r = 0; r < R; r++) {
+                    const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dw[r], dx[n]));
+                    acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[r], xu, qw[r])),
+                                                _mm512_permutexvar_ps(at, s), acc[r][n]);
+                }
+            }
+        }
     }
     for (; i + 2 <= nb; i += 2)
-        acc = _mm512_fmadd_ps(dot_pair_q8_0(w + i, x + i), scale_pair(w[i].d, w[i + 1].d, x[i].d, x[i + 1].d, lanes),
-                              acc);
-    float s = _mm512_reduce_add_ps(acc);
-    if (i < nb) {
-        const __m256i qw = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        s += hsum_float_8(_mm256_mul_ps(scale_8(w[i].d, x[i].d), mul_sum_i8_pairs_vnni(qw, qx)));
-    }
-    return s;
+        for (int n = 0; n < N; n++) {
+            const __m512i xu = _mm512_xor_si512(load_q8_pair(x[n] + i), x128);
+            for (int r = 0; r < R; r++) {
+                const __m512i qw = load_q8_pair(w[r] + i);
+                acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus_128w(qw), xu, qw)),
+                                            scale_pair(w[r][i].d, w[r][i + 1].d, x[n][i].d, x[n][i + 1].d, lanes),
+                                            acc[r][n]);
+            }
+        }
+    for (int n = 0; n < N; n++)
+        for (int r = 0; r < R; r++) {
+            y[n * ldy + r] = _mm512_reduce_add_ps(acc[r][n]);
+            if (i < nb)
+                y[n * ldy + r] += last_block_q8_0(w[r] + i, x[n] + i);
+        }
 }
 
 /* two Q8_0 blocks of x in nibbles_pair_q4_0's order */
@@ -190,56 +239,97 @@ TD_AVX512_VNNI TD_INLINE __m512i minus_8x(__m512i xs)
     return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xs));
 }
 
-/* Q4_0 rows . one x, R rows at once (1 or 4): the x side of each pair of blocks (its quants in
-   the nibbles' order, -8 . x for nibble . x - 8 . x = (nibble - 8) . x, its scales) is made once
-   for the R rows. Each row's sums run in the same order whatever R is: the same result to the bit. */
-TD_AVX512_VNNI TD_INLINE void dot_rows_q4_0(const int R, int64_t k, const char *vw, int64_t row_bytes,
-                                            const block_q8_0 *x, float *y)
+TD_AVX512_VNNI TD_INLINE float last_block_q4_0(const block_q4_0 *w, const block_q8_0 *x)
+{
+    const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w->qs), _mm256_set1_epi8(8));
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+    return hsum_float_8(_mm256_mul_ps(scale_8(w->d, x->d), mul_sum_i8_pairs_vnni(qw, qx)));
+}
+
+/* the same for Q4_0 rows: the nibbles are the unsigned side, the x side of each pair (its quants
+   in the nibbles' order, -8 . x) is made once for the R rows */
+TD_AVX512_VNNI TD_INLINE void dot_tile_q4_0(const int R, const int N, int64_t k, const char *vw, int64_t row_bytes,
+                                            const char *vx, int64_t x_bytes, float *y, int64_t ldy)
 {
     const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
     const block_q4_0 *w[4];
-    __m512 acc[4], s[4];
+    const block_q8_0 *x[4];
+    __m512 acc[4][4];
     for (int r = 0; r < R; r++)
-        w[r] = (const block_q4_0 *)(vw + r * row_bytes), acc[r] = _mm512_setzero_ps();
+        w[r] = (const block_q4_0 *)(vw + r * row_bytes);
+    for (int n = 0; n < N; n++) {
+        x[n] = (const block_q8_0 *)(vx + n * x_bytes);
+        for (int r = 0; r < R; r++)
+            acc[r][n] = _mm512_setzero_ps();
+    }
     int64_t nb = k / QK4_0, i = 0;
     for (; i + 8 <= nb; i += 8) {
+        __m256 dw[4], dx[4];
         for (int r = 0; r < R; r++)
-            s[r] = scales8(scales8_q4_0(w[r] + i), x + i);
+            dw[r] = _mm256_cvtph_ps(scales8_q4_0(w[r] + i));
+        for (int n = 0; n < N; n++)
+            dx[n] = _mm256_cvtph_ps(scales8_q8_0(x[n] + i));
         for (int j = 0; j < 8; j += 2) {
-            const __m512i xs = x_pair_q4_0(x + i + j), minus8x = minus_8x(xs);
             const __m512i at = _mm512_add_epi32(lanes, _mm512_set1_epi32(j));
+            __m512i nib[4];
             for (int r = 0; r < R; r++)
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus8x, nibbles_pair_q4_0(w[r] + i + j), xs)),
-                                         _mm512_permutexvar_ps(at, s[r]), acc[r]);
+                nib[r] = nibbles_pair_q4_0(w[r] + i + j);
+            for (int n = 0; n < N; n++) {
+                const __m512i xs = x_pair_q4_0(x[n] + i + j), minus8x = minus_8x(xs);
+                for (int r = 0; r < R; r++) {
+                    const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dw[r], dx[n]));
+                    acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus8x, nib[r], xs)),
+                                                _mm512_permutexvar_ps(at, s), acc[r][n]);
+                }
+            }
         }
     }
-    for (; i + 2 <= nb; i += 2) {
-        const __m512i xs = x_pair_q4_0(x + i), minus8x = minus_8x(xs);
-        for (int r = 0; r < R; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus8x, nibbles_pair_q4_0(w[r] + i), xs)),
-                                     scale_pair(w[r][i].d, w[r][i + 1].d, x[i].d, x[i + 1].d, lanes), acc[r]);
-    }
-    for (int r = 0; r < R; r++) {
-        y[r] = _mm512_reduce_add_ps(acc[r]);
-        if (i < nb) { /* an odd last block as AVX2 does, with vpdpbusd */
-            const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w[r][i].qs), _mm256_set1_epi8(8));
-            const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-            y[r] += hsum_float_8(_mm256_mul_ps(scale_8(w[r][i].d, x[i].d), mul_sum_i8_pairs_vnni(qw, qx)));
+    for (; i + 2 <= nb; i += 2)
+        for (int n = 0; n < N; n++) {
+            const __m512i xs = x_pair_q4_0(x[n] + i), minus8x = minus_8x(xs);
+            for (int r = 0; r < R; r++)
+                acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus8x, nibbles_pair_q4_0(w[r] + i), xs)),
+                                            scale_pair(w[r][i].d, w[r][i + 1].d, x[n][i].d, x[n][i + 1].d, lanes),
+                                            acc[r][n]);
         }
-    }
+    for (int n = 0; n < N; n++)
+        for (int r = 0; r < R; r++) {
+            y[n * ldy + r] = _mm512_reduce_add_ps(acc[r][n]);
+            if (i < nb)
+                y[n * ldy + r] += last_block_q4_0(w[r] + i, x[n] + i);
+        }
+}
+
+TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_avx512(int64_t k, const void *w, const void *x)
+{
+    float y;
+    dot_tile_q8_0(1, 1, k, w, 0, x, 0, &y, 1);
+    return y;
 }
 
 TD_AVX512_VNNI static float vec_dot_q4_0_q8_0_avx512(int64_t k, const void *w, const void *x)
 {
     float y;
-    dot_rows_q4_0(1, k, w, 0, x, &y);
+    dot_tile_q4_0(1, 1, k, w, 0, x, 0, &y, 1);
     return y;
 }
 
-TD_AVX512_VNNI static void vec_dot4_q4_0_q8_0_avx512(int64_t k, const void *w, int64_t row_bytes, const void *x, float *y)
-{
-    dot_rows_q4_0(4, k, w, row_bytes, x, y);
-}
+/* the tiles of four weight rows, with N a constant in each */
+#define DOT_4XN(type)                                                                                          \
+    TD_AVX512_VNNI static void vec_dot_4xn_##type##_q8_0_avx512(int64_t k, const void *w, int64_t row_bytes,  \
+                                                                const void *x, int64_t x_bytes, int nx,       \
+                                                                float *y, int64_t ldy)                        \
+    {                                                                                                          \
+        switch (nx) {                                                                                          \
+        case 1: dot_tile_##type(4, 1, k, w, row_bytes, x, x_bytes, y, ldy); break;                            \
+        case 2: dot_tile_##type(4, 2, k, w, row_bytes, x, x_bytes, y, ldy); break;                            \
+        case 3: dot_tile_##type(4, 3, k, w, row_bytes, x, x_bytes, y, ldy); break;                            \
+        default: dot_tile_##type(4, 4, k, w, row_bytes, x, x_bytes, y, ldy); break;                           \
+        }                                                                                                      \
+    }
+DOT_4XN(q8_0)
+DOT_4XN(q4_0)
+#undef DOT_4XN
 
 /* the extension each AVX-512 entry needs; without it the AVX2 entry is used */
 static const int needs_ext[TD_NTYPES] = {[TD_BF16] = TD_EXT_BF16, [TD_Q8_0] = TD_EXT_VNNI, [TD_Q4_0] = TD_EXT_VNNI};

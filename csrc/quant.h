@@ -36,8 +36,10 @@ _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match GGUF's 18 bytes"
 typedef void (*to_float_fn)(const void *w, float *y, int64_t k);      /* y[k] = k numbers of a row */
 typedef void (*from_float_fn)(const float *x, void *y, int64_t k);    /* an x row to vec_dot's type */
 typedef float (*vec_dot_fn)(int64_t k, const void *w, const void *x); /* weight row . converted x row */
-typedef void (*vec_dot4_fn)(int64_t k, const void *w, int64_t row_bytes, const void *x, float *y);
-                                    /* y[4] = 4 weight rows, row_bytes apart, . x: as vec_dot 4 times */
+typedef void (*vec_dot_4xn_fn)(int64_t k, const void *w, int64_t row_bytes, const void *x, int64_t x_bytes, int nx,
+                               float *y, int64_t ldy);
+            /* y[i*ldy + r] = weight row r (row_bytes apart) . x row i (x_bytes apart), for r < 4 and
+               i < nx <= 4: as vec_dot gives each, to the bit */
 
 struct type_traits {
     int64_t blck_size, type_size; /* numbers per block and its bytes (1 and 2 for f16, bf16) */
@@ -46,7 +48,8 @@ struct type_traits {
     to_float_fn x_to_float;       /* a converted x row back to f32 (the f32 GEMM's input) */
     int64_t x_blck_size, x_type_size;
     vec_dot_fn vec_dot;
-    vec_dot4_fn vec_dot4;         /* NULL, or 4 rows at once sharing the work on x (same results) */
+    vec_dot_4xn_fn vec_dot_4xn;   /* NULL, or a tile of 4 weight rows by up to 4 x rows sharing the
+                                     work on each (same results) */
 };
 
 /* the functions for the SIMD level in use (and the extensions it may use) */

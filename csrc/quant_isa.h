@@ -250,12 +250,16 @@ static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
                  .vec_dot = ISA(vec_dot_bf16)},
     [TD_Q8_0] = {.blck_size = QK8_0, .type_size = sizeof(block_q8_0), .to_float = ISA(q8_0_to_float),
                  .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
-                 .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q8_0_q8_0)},
+                 .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q8_0_q8_0),
+#if VL == 16 /* tiles of weight rows by x rows sharing the work on each */
+                 .vec_dot_4xn = ISA(vec_dot_4xn_q8_0_q8_0),
+#endif
+                },
     [TD_Q4_0] = {.blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float = ISA(q4_0_to_float),
                  .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
                  .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q4_0_q8_0),
-#if VL == 16 /* four rows at a time sharing the work on x */
-                 .vec_dot4 = ISA(vec_dot4_q4_0_q8_0),
+#if VL == 16
+                 .vec_dot_4xn = ISA(vec_dot_4xn_q4_0_q8_0),
 #endif
                 },
 };

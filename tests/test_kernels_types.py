@@ -106,6 +106,32 @@ def test_result_of_a_row_does_not_depend_on_the_path(level, name):
     assert np.all(np.abs(alone - K.matmul(x, q)) <= 2 * 260 * U * scale)
 
 
+@pytest.mark.parametrize("name", TYPES)
+@SETTINGS
+@given(k=K_BLOCKED, m=st.integers(1, 70), seed=st.integers(0, 99))
+def test_few_rows_do_not_depend_on_their_company(level, name, k, m, seed):
+    """Below the int8 GEMM's 4 rows, x rows pass the weights in tiles of 4 weight rows by up to 4 x
+    rows (AVX512_VNNI), each sum in vec_dot's order: a row's result is bit for bit the same
+    whichever rows came with it, and whichever 4-row group (or leftover row) its weight is in."""
+    x, q = data(seed, 3, k), quant.quantize(data(seed + 1, m, k), name)
+    alone = np.stack([K.matmul(x[i:i + 1], q)[0] for i in range(3)])
+    for n in (1, 2, 3):
+        np.testing.assert_array_equal(K.matmul(x[:n], q), alone[:n])
+    by_row = np.concatenate([K.matmul(x, q[j:j + 1]) for j in range(m)], axis=1)   # vec_dot, one row each
+    np.testing.assert_array_equal(alone, by_row)
+
+
+@pytest.mark.parametrize("name", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("n", [4, 13])
+def test_gemm_panels_packed_in_registers_as_row_by_row(level, name, n):
+    """The int8 GEMM packs whole 16-row halves of a panel with a transpose in registers and the
+    rest row by row (gemm_q8.c): a weight row's products are the same to the bit whichever way
+    its panel was packed; a one-row weight is always packed row by row."""
+    x, q = data(10, n, 320), quant.quantize(data(11, 75, 320), name)
+    by_row = np.concatenate([K.matmul(x, q[j:j + 1]) for j in range(75)], axis=1)
+    np.testing.assert_array_equal(K.matmul(x, q), by_row)
+
+
 @pytest.mark.parametrize("name,weight", [("q8_0", 127), ("q4_0", -8)])
 @pytest.mark.parametrize("n", [1, 20])
 def test_x_quantized_exactly_as_quant_py(level, name, weight, n):
