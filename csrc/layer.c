@@ -1,10 +1,11 @@
-/* layer.c: one decoder layer for the new positions of one sequence (a decode step, a prompt, a
-   block of block diffusion, a diffusion canvas), in one call from Python.
+/* layer.c: one decoder layer for the new positions of a few sequences (a decode step of one or
+   of a batch, a prompt, a block of block diffusion, a diffusion canvas), in one call from Python.
 
-   It is Transformer.layers' loop body for n <= TD_LAYER_MAX_ROWS positions of a single sequence,
-   kernel for kernel, in the same order with the same arguments, so its result is bit for bit the
-   same (K and V are written straight into their cache rows, where layers copies them). What it
-   saves is Python: a decode step calls ~11 kernels per layer, and each call through the Python
+   It is Transformer.layers' loop body for n <= TD_LAYER_MAX_ROWS rows, kernel for kernel, in the
+   same order with the same arguments, so its result is bit for bit the same: the matmuls take
+   every sequence's rows at once (the weights read once for all), then each sequence's K and V go
+   into its cache (rows of its own, or pages of a shared pool) and its attention reads them. What
+   it saves is Python: a decode step calls ~11 kernels per layer, and each call through the Python
    wrappers costs 2-7 us of argument checks and pointer making, which on a small model is a third
    of the token's time (bench/bench_python_share.py). Here the calls cost nothing extra. */
 #include <math.h>
@@ -19,32 +20,56 @@ static void add_bias(float *y, const float *b, int64_t n, int64_t m)
                 y[r * m + i] += b[i];
 }
 
-int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, float *k_cache,
-                    float *v_cache, int64_t pos, int64_t n, int64_t kv_len, int64_t block)
+/* seq's rows of k and v (roped) into its cache rows pos..pos+n-1: contiguous, or in pool pages */
+static void store_kv(const struct td_seq *seq, int64_t at, const float *k, const float *v, int64_t kvd)
 {
-    const int64_t d = s->d, qd = s->heads * s->hd, kvd = s->kv_heads * s->hd;
-    float *k = k_cache + pos * kvd, *v = v_cache + pos * kvd; /* [n, KVH*hd] these tokens' cache rows */
-    int64_t positions[TD_LAYER_MAX_ROWS];                      /* [n] RoPE's */
-    if (n < 1 || n > TD_LAYER_MAX_ROWS)
+    for (int64_t i = 0; i < seq->n; i++) {
+        const int64_t p = seq->pos + i;
+        const int64_t row = seq->pages ? seq->pages[p / TD_PAGE] * TD_PAGE + p % TD_PAGE : p;
+        memcpy(seq->k + at + row * kvd, k + i * kvd, sizeof(float) * (size_t)kvd);
+        memcpy(seq->v + at + row * kvd, v + i * kvd, sizeof(float) * (size_t)kvd);
+    }
+}
+
+int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, const struct td_seq *seqs,
+                    int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block)
+{
+    const int64_t d = s->d, qd = s->heads * s->hd, kvd = s->kv_heads * s->hd, at = layer * layer_floats;
+    const float scale = (float)(1.0 / sqrt((double)s->hd));
+    int64_t positions[TD_LAYER_MAX_ROWS]; /* [n] RoPE's */
+    int64_t n = 0;
+    for (int64_t b = 0; b < nseq; b++) {
+        if (seqs[b].n < 1 || n + seqs[b].n > TD_LAYER_MAX_ROWS)
+            return -2;
+        for (int64_t i = 0; i < seqs[b].n; i++)
+            positions[n++] = seqs[b].pos + i;
+    }
+    if (n < 1)
         return -2;
-    for (int64_t i = 0; i < n; i++)
-        positions[i] = pos + i;
 
     /* attention: x += o_proj(attention(rope(q), rope(k), v)) */
     td_rmsnorm_f32(x, w->input_layernorm, s->h, n, d, s->eps);                   /* h [n, d] */
     const void *qkv[3] = {w->q_proj, w->k_proj, w->v_proj};
     const enum td_type qkv_types[3] = {w->q_type, w->k_type, w->v_type};
-    float *qkv_out[3] = {s->q, k, v};
+    float *qkv_out[3] = {s->q, s->k, s->v};
     const int64_t qkv_rows[3] = {qd, kvd, kvd};
     if (td_matmuls(qkv_types, s->h, n, d, 3, (void **)qkv, qkv_out, qkv_rows, 0)) /* q [n, H*hd], k v [n, KVH*hd] */
         return -1;
     add_bias(s->q, w->q_bias, n, qd);
-    add_bias(k, w->k_bias, n, kvd);
-    add_bias(v, w->v_bias, n, kvd);
-    td_rope_qk_f32(s->q, k, positions, s->inv_freq, n, s->heads, s->kv_heads, s->hd);
-    if (td_attention_f32(s->q, k_cache, v_cache, s->att, n, kv_len, s->heads, s->kv_heads, s->hd, block, pos,
-                         (float)(1.0 / sqrt((double)s->hd))))                    /* att [n, H*hd] */
-        return -1;
+    add_bias(s->k, w->k_bias, n, kvd);
+    add_bias(s->v, w->v_bias, n, kvd);
+    td_rope_qk_f32(s->q, s->k, positions, s->inv_freq, n, s->heads, s->kv_heads, s->hd);
+    for (int64_t b = 0, r = 0; b < nseq; r += seqs[b++].n) {                     /* sequence b: rows r.. */
+        const struct td_seq *seq = &seqs[b];
+        store_kv(seq, at, s->k + r * kvd, s->v + r * kvd, kvd);
+        int failed = seq->pages
+            ? td_attention_paged_f32(s->q + r * qd, seq->k + at, seq->v + at, seq->pages, s->att + r * qd, seq->n,
+                                     seq->kv_len, s->heads, s->kv_heads, s->hd, block, seq->pos, scale)
+            : td_attention_f32(s->q + r * qd, seq->k + at, seq->v + at, s->att + r * qd, seq->n, seq->kv_len,
+                               s->heads, s->kv_heads, s->hd, block, seq->pos, scale); /* att [n, H*hd] */
+        if (failed)
+            return -1;
+    }
     if (td_matmuls(&w->o_type, s->att, n, qd, 1, (void **)&w->o_proj, &x, &d, 1))   /* x += [n, d] */
         return -1;
     add_bias(x, w->o_bias, n, d);

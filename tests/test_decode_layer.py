@@ -1,8 +1,9 @@
 """The one-call decode layer (csrc/layer.c) against forward's loop of kernel calls: bit for bit.
 
-Transformer.forward takes the C layer for one new token of one sequence (an autoregressive decode
-step); Transformer.layers, called directly, always runs the per-kernel loop. Both must give the same
-logits and leave the same KV cache, on every SIMD path and weight type."""
+Transformer.forward takes the C layer for passes that fit its buffers (a decode step of one
+sequence or of a batch, a block, canvases, with a paged cache or not); Transformer.layers, called
+directly, always runs the per-kernel loop. Both must give the same logits and leave the same KV
+cache, on every SIMD path and weight type."""
 import dataclasses
 
 import numpy as np
@@ -38,6 +39,11 @@ def model(name, weight_type):
     return Model(cfg, w, tokenizer=None)
 
 
+def loop(t, ids, state, start, kv_len=None, mask=CAUSAL, last_only=False, slots=None):
+    """forward's pass by the per-kernel loop."""
+    return t.layers(transformer.Seqs(ids, start, kv_len, slots), state, mask, last_only)
+
+
 def run(m, ids, prefill, one_call):
     """Logits of each decode step after a prefill, and the cache they leave."""
     t = m.transformer
@@ -48,7 +54,7 @@ def run(m, ids, prefill, one_call):
         if one_call:
             logits.append(t.forward(ids[:, i:i + 1], state, i))
         else:
-            logits.append(t.layers(ids[:, i:i + 1], state, i, None, CAUSAL, False))
+            logits.append(loop(t, ids[:, i:i + 1], state, i))
     return np.array(logits), state.cache
 
 
@@ -79,16 +85,61 @@ def test_a_few_positions_in_one_call_are_forward_bit_for_bit(name, weight_type, 
         runs = []
         for one_call in (False, True):
             state = t.state(200)
-            t.layers(ids[:, :8], state, 0, None, CAUSAL, False)                 # a prefix, the same way
+            loop(t, ids[:, :8], state, 0)                                       # a prefix, the same way
             span = ids[:, 8:8 + n]
             logits = (t.forward(span, state, 8, kv_len=8 + n + extra, mask=mask) if one_call
-                      else t.layers(span, state, 8, 8 + n + extra, mask, False))
+                      else loop(t, span, state, 8, 8 + n + extra, mask))
             runs.append((logits, state.cache.k.copy(), state.cache.v.copy()))
         (ref, ref_k, ref_v), (got, k, v) = runs
         assert np.isfinite(ref).all() and ref.shape == (n, 50)
         np.testing.assert_array_equal(got, ref)
         np.testing.assert_array_equal(k, ref_k)
         np.testing.assert_array_equal(v, ref_v)
+
+
+@pytest.mark.parametrize("weight_type", ["f32", "q8_0", "q4_0", "mixed"])
+@pytest.mark.parametrize("paged", [False, True])
+def test_a_batch_in_one_call_is_forward_bit_for_bit(weight_type, paged, level):
+    """Decode steps of sequences at their own positions, some steps for a subset of the State's
+    (slots), then ragged canvases (a list of ids) under a bidirectional mask; in a cache of its
+    own per sequence or in pages of a shared pool (tables not in order): one C call a layer for
+    all of them against the per-kernel loop, logits and caches."""
+    t = model("llama wide", weight_type).transformer
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(0, 50, size=(1, n)) for n in (3, 9, 5, 14)]
+    steps = [([0, 1, 2, 3], rng.integers(0, 50, size=(4, 1))), ([0, 1, 3], rng.integers(0, 50, size=(3, 1))),
+             ([0, 1, 2, 3], rng.integers(0, 50, size=(4, 1)))]
+    canvases = [rng.integers(0, 50, n) for n in (6, 2, 11)]
+    runs = []
+    for one_call in (False, True):
+        state = t.state(32, batch=4, pages=4 * 2 if paged else None)
+        if paged:
+            state.cache.tables = {i: np.array(pages) for i, pages in enumerate([[7, 0], [1, 6], [5, 2], [3, 4]])}
+        logits = [loop(t, p, state, 0, slots=[i]) for i, p in enumerate(prompts)]
+        done = [p.shape[1] for p in prompts]
+        for slots, ids in steps:
+            start = [done[i] for i in slots]
+            logits.append(t.forward(ids, state, start, slots=slots, last_only=True) if one_call
+                          else loop(t, ids, state, start, last_only=True, slots=slots))
+            for i in slots:
+                done[i] += 1
+        logits.append(t.forward(canvases, state, 20, kv_len=[26, 22, 31], mask=BIDIRECTIONAL) if one_call
+                      else loop(t, canvases, state, 20, [26, 22, 31], BIDIRECTIONAL))
+        runs.append((logits, state.cache.k.copy(), state.cache.v.copy()))
+    (ref, ref_k, ref_v), (got, k, v) = runs
+    assert all(np.isfinite(a).all() for a in ref) and ref[-1].shape == (19, 50)
+    for a, b in zip(got, ref):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(k, ref_k)
+    np.testing.assert_array_equal(v, ref_v)
+
+
+def test_a_page_table_outside_the_pool_is_refused_before_any_c_reads_it():
+    t = model("llama gqa", "f32").transformer
+    state = t.state(8, pages=2)
+    state.cache.tables = {0: np.array([2])}
+    with pytest.raises(ValueError, match=r"page table \[2\] outside a pool of 2 pages"):
+        t.forward(np.array([[1]]), state, 0)
 
 
 def test_decode_books_what_forward_books():
@@ -160,6 +211,6 @@ def test_a_few_positions_book_what_the_loop_books():
             if one_call:
                 t.forward(ids[:, 4:9], state, 4, kv_len=12, mask=block_causal(4))
             else:
-                t.layers(ids[:, 4:9], state, 4, 12, block_causal(4), False)
+                loop(t, ids[:, 4:9], state, 4, 12, block_causal(4))
         ledgers.append(led.passes)
     assert ledgers[0] == ledgers[1] and ledgers[0][0]["tokens"] == 5

@@ -34,7 +34,7 @@ from .reference import physical_cores
 __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
            "simd", "simd_extensions",
            "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
-           "DecodeLayer", "DecodeRun", "decode_layer"]
+           "DecodeLayer", "DecodeRun", "DecodeSeqs", "decode_layer"]
 
 SIMD_LEVELS = ("c", "avx2", "avx512")  # index = the C level (cpu.c)
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
@@ -382,15 +382,19 @@ class DecodeLayer:
 
 class DecodeRun:
     """A few positions' run state for csrc/layer.c: the model's sizes, the scratch rows of a
-    transformer.Buffers, and the KV cache of its one sequence."""
+    transformer.Buffers, and its KV cache: B sequences of ctx slots [L, B, ctx, KVH*hd], or a
+    pool of pages [L, rows, KVH*hd] that sequences hold by page tables (a PagedKVCache)."""
 
     def __init__(self, cfg, buf, cache, inv_freq):
-        L, B, self.ctx, kvd = cache.k.shape                            # [L, 1, ctx, KVH*hd]
-        if (B, L, kvd) != (1, cfg.num_hidden_layers, cfg.kv_dim) or cache.v.shape != cache.k.shape:
-            raise ValueError(f"decode: a KV cache [{cfg.num_hidden_layers}, 1, ctx, {cfg.kv_dim}] of one sequence "
-                             f"expected, got {cache.k.shape}")
-        rows = {"x": cfg.hidden_size, "h": cfg.hidden_size, "q": cfg.q_dim, "att": cfg.q_dim,
-                "gate": cfg.intermediate_size, "up": cfg.intermediate_size}
+        self.paged = cache.k.ndim == 3
+        L, *rest, kvd = cache.k.shape
+        if ((L, kvd) != (cfg.num_hidden_layers, cfg.kv_dim) or cache.v.shape != cache.k.shape
+                or cache.k.ndim not in (3, 4)):
+            raise ValueError(f"decode: a KV cache [{cfg.num_hidden_layers}, B, ctx, {cfg.kv_dim}] or "
+                             f"[{cfg.num_hidden_layers}, rows, {cfg.kv_dim}] expected, got {cache.k.shape}")
+        self.batch, self.ctx = (1, rest[0]) if self.paged else rest    # paged: one pool of ctx rows
+        rows = {"x": cfg.hidden_size, "h": cfg.hidden_size, "q": cfg.q_dim, "att": cfg.q_dim, "k": cfg.kv_dim,
+                "v": cfg.kv_dim, "gate": cfg.intermediate_size, "up": cfg.intermediate_size}
         for name, width in rows.items():
             if getattr(buf, name).shape[1:] != (width,) or not len(getattr(buf, name)):
                 raise ValueError(f"decode: buffers of another model ({name} {getattr(buf, name).shape})")
@@ -399,37 +403,61 @@ class DecodeRun:
             if not (a.dtype == _F32 and a.flags.c_contiguous and a.flags.writeable):   # C writes them as float32
                 raise ValueError(f"decode: {what} must be a writable C-contiguous float32 array, got {a.dtype}")
         inv_freq = _f32(inv_freq)
-        rows = dict(inv_freq=_p(inv_freq), h=_p(buf.h), q=_p(buf.q), att=_p(buf.att), gate=_p(buf.gate),
-                    up=_p(buf.up))
+        rows = dict(inv_freq=_p(inv_freq), **{n: _p(getattr(buf, n)) for n in ("h", "q", "att", "k", "v", "gate",
+                                                                              "up")})
         self._arrays = (inv_freq, rows)                                # the pointers' owners
         self.c = ffi.new("struct td_decode *", dict(
             d=cfg.hidden_size, heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, hd=cfg.head_dim,
             f=cfg.intermediate_size, eps=cfg.rms_norm_eps, **rows))
         self.x = _p(buf.x)                                             # [rows, d] the residual stream
         self.rows = len(buf.x)
-        self.k, self.v, self.layer_floats = _p(cache.k), _p(cache.v), self.ctx * kvd
+        self.k, self.v, self.layer_floats = _p(cache.k), _p(cache.v), cache.k[0].size
+        self.seq_floats = 0 if self.paged else self.ctx * kvd          # one sequence's slots in a layer
+
+
+class DecodeSeqs:
+    """The sequences of one pass as csrc/layer.c takes them (struct td_seq[]), each checked to fit
+    its cache, made once a pass for every layer: slots [B] (the cache sequence of each), starts,
+    lens and kv_lens [B] (first position, rows, keys read), tables (a paged cache's, by slot)."""
+
+    def __init__(self, run, slots, starts, lens, kv_lens, tables=None):
+        self.c = ffi.new("struct td_seq[]", len(lens))
+        self.rows, self._keep = int(sum(lens)), []                     # the page tables' owners
+        self.spans = list(zip(map(int, lens), map(int, kv_lens), map(int, starts)))   # [(n, t, pos)] for booking
+        for i, (slot, (n, t, pos)) in enumerate(zip(slots, self.spans)):
+            seq = self.c[i]
+            if tables is None:
+                if not 0 <= slot < run.batch:
+                    raise ValueError(f"decode: no sequence {slot} in a cache of {run.batch}")
+                limit, at = run.ctx, slot * run.seq_floats
+            else:
+                table = np.ascontiguousarray(tables[slot], dtype=np.int64)
+                if ((table < 0) | (table >= run.ctx // PAGE)).any():
+                    raise ValueError(f"decode: page table {table.tolist()} outside a pool of {run.ctx // PAGE} pages")
+                limit, at, seq.pages = len(table) * PAGE, 0, _buf("int64_t[]", table)
+                self._keep.append((table, seq.pages))
+            if not 0 <= pos <= pos + n <= t <= limit:
+                raise ValueError(f"decode: position {pos + n - 1} is outside the cache's {limit} slots, or reads "
+                                 f"{t} keys")
+            seq.n, seq.pos, seq.kv_len, seq.k, seq.v = n, pos, t, run.k + at, run.v + at
+        if not 1 <= self.rows <= min(run.rows, MAX_LAYER_ROWS):
+            raise ValueError(f"decode: {self.rows} positions in one call; the buffers hold {run.rows}, a call at "
+                             f"most {MAX_LAYER_ROWS}")
 
 
 MAX_LAYER_ROWS = lib.TD_LAYER_MAX_ROWS      # the most positions one decode_layer call takes
 
 
-def decode_layer(layer, run, l, pos, n=1, kv_len=None, mask=CAUSAL):
-    """run's x [n, d] += decoder layer l (weights: a DecodeLayer) for the n tokens at positions
-    pos..pos+n-1; their K and V go into cache slots pos..pos+n-1 of layer l, and attention reads
-    slots 0..kv_len-1 (default pos+n) under mask."""
-    kv_len = pos + n if kv_len is None else kv_len
-    if not 0 <= pos <= pos + n <= kv_len <= run.ctx:
-        raise ValueError(f"decode: position {pos + n - 1} is outside the cache's {run.ctx} slots, or reads "
-                         f"{kv_len} keys")
-    if not 1 <= n <= min(run.rows, MAX_LAYER_ROWS):
-        raise ValueError(f"decode: {n} positions in one call; the buffers hold {run.rows}, a call at most "
-                         f"{MAX_LAYER_ROWS}")
-    at = l * run.layer_floats
-    if _decode_layer(layer.c, run.c, run.x, run.k + at, run.v + at, pos, n, kv_len, mask.block):
+def decode_layer(layer, run, l, seqs, mask=CAUSAL):
+    """run's x [n, d] += decoder layer l (weights: a DecodeLayer) for the rows of seqs (a
+    DecodeSeqs), one sequence after another; each one's K and V go into its cache slots pos..pos+n-1
+    of layer l, and its attention reads slots 0..kv_len-1 under mask."""
+    if _decode_layer(layer.c, run.c, run.x, seqs.c, len(seqs.spans), l, run.layer_floats, mask.block):
         raise MemoryError("decode: no memory for x in the dot product's type, or for attention's scratch")
     if ledger.active():
-        ledger.book_all(layer.costs_of(n))
-        ledger.book("attention", cost.attention(n, *layer.shape, kv_len, mask.pairs(n, kv_len, pos)))
+        ledger.book_all(layer.costs_of(seqs.rows))
+        for n, t, pos in seqs.spans:
+            ledger.book("attention", cost.attention(n, *layer.shape, t, mask.pairs(n, t, pos)))
 
 
 # -- NumPy glue the forward pass also books: small next to the kernels, but real bytes ----------

@@ -9,11 +9,11 @@ Several threads may run one Transformer at once, each with its own State; every 
 Transformer's own thread pool (kernels.ThreadPool), so two models never share threads.
 
 Transformer.forward is the one entry for every pass: prefill, decoding, diffusion steps, batches.
-The positions of one sequence (a decode step, a prompt, a block of block diffusion, a diffusion
-canvas: up to kernels.MAX_LAYER_ROWS = 1024) go through csrc/layer.c, the same layer body in C
-(one call a layer instead of ~11 kernel calls, whose Python would cost a small model a third of
-its time); tests/test_decode_layer.py holds the two to the same logits and cache, bit for bit.
-Batches (several sequences, guidance's two rows, ragged canvases) run the loop below.
+Passes of up to kernels.MAX_LAYER_ROWS = 1024 rows that fit the State's buffers (a decode step of
+one sequence or of a batch, a prompt, a block of block diffusion, diffusion canvases) go through
+csrc/layer.c, the same layer body in C (one call a layer instead of ~11 kernel calls a sequence,
+whose Python would cost a small model a third of its time); tests/test_decode_layer.py holds the
+two to the same logits and cache, bit for bit. Longer passes run the loop below.
 
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
 H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_size.
@@ -180,16 +180,33 @@ class Buffers:
 
 
 class State:
-    """One generation's run state: the KV cache of `batch` sequences of n_ctx slots, buffers for up
-    to `rows` rows a pass, and (one sequence) csrc/layer.c's view of both. Made by Transformer.state."""
+    """One generation's run state: the KV cache of `batch` sequences of n_ctx slots (or a paged
+    one), buffers for up to `rows` rows a pass, and csrc/layer.c's view of both. Made by
+    Transformer.state."""
 
     def __init__(self, transformer, n_ctx, batch, rows, pages=None):
         cfg = transformer.config
         self.owner = transformer
         self.cache = KVCache(cfg, n_ctx, batch) if pages is None else PagedKVCache(cfg, pages)  # x2 [L, ...]
         self.buf = Buffers(cfg, rows)                                 # [rows, ...]
-        self.decode = K.DecodeRun(cfg, self.buf, self.cache, transformer.inv_freq) \
-            if batch == 1 and pages is None else None
+        self.decode = K.DecodeRun(cfg, self.buf, self.cache, transformer.inv_freq)
+
+
+class Seqs:
+    """The sequences of one pass, as forward takes them: ids [B, n] or a list of B sequences of
+    their own lengths; start, kv_len: one for all or [B]; slots: the State's sequence each is
+    (default 0..B-1)."""
+
+    def __init__(self, ids, start, kv_len, slots):
+        self.lens = np.array([len(a) for a in ids] if isinstance(ids, list) else [ids.shape[1]] * len(ids))  # [B]
+        self.ids = np.concatenate(list(ids)) if isinstance(ids, list) else np.asarray(ids).reshape(-1)     # [N]
+        self.ends = np.cumsum(self.lens)                                # [B] each sequence's rows end here
+        B = len(self.lens)
+        self.rows = int(self.ends[-1]) if B else 0
+        self.starts = np.broadcast_to(np.asarray(start, np.int64), (B,))   # [B] each one's first position
+        self.kv_lens = (self.starts + self.lens if kv_len is None
+                        else np.broadcast_to(np.asarray(kv_len, np.int64), (B,)))   # [B] keys each reads
+        self.slots = range(B) if slots is None else slots               # [B] the cache sequence of each
 
 
 class Transformer:
@@ -231,32 +248,25 @@ class Transformer:
         (a diffusion step needs the positions it may commit, not the whole canvas)."""
         if state.owner is not self:
             raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
+        seqs = Seqs(ids, start, kv_len, slots)
         with self.pool:
-            run = state.decode
-            if (run is not None and slots is None and np.ndim(start) == 0 and not isinstance(ids, list)
-                    and ids.shape[1] <= min(run.rows, K.MAX_LAYER_ROWS)):
-                return self.decode(ids[0], state, start, kv_len, mask, last_only, out_rows)   # the loop below, in C
-            return self.layers(ids, state, start, kv_len, mask, last_only, slots, out_rows)
+            if seqs.rows <= min(state.decode.rows, K.MAX_LAYER_ROWS):
+                return self.decode(seqs, state, mask, last_only, out_rows)   # the loop below, in C
+            return self.layers(seqs, state, mask, last_only, out_rows)
 
-    def layers(self, ids, state, start, kv_len, mask, last_only, slots=None, out_rows=None):
-        """forward's pass, kernel by kernel: the readable definition. ids [B, n], or a list of B
-        sequences of their own lengths (ragged: a batch of canvases of different sizes), whose rows
-        run one after another through the same matmuls."""
+    def layers(self, seqs, state, mask, last_only, out_rows=None):
+        """forward's pass, kernel by kernel: the readable definition, for the sequences of seqs (a
+        Seqs: their ids one after another, run through the same matmuls)."""
         cfg, w, cache, buf = self.config, self.weights, state.cache, state.buf
-        lens = np.array([len(a) for a in ids] if isinstance(ids, list) else [ids.shape[1]] * len(ids))  # [B]
-        ends = np.cumsum(lens)                                           # [B] each sequence's rows end here
-        B, N = len(lens), int(ends[-1]) if len(lens) else 0
-        starts = np.broadcast_to(np.asarray(start, np.int64), (B,))      # [B] each sequence's first position
-        kv_lens = starts + lens if kv_len is None else np.broadcast_to(np.asarray(kv_len, np.int64), (B,))  # [B]
-        slots = range(B) if slots is None else slots                     # [B] the cache sequence of each
+        lens, ends, starts, kv_lens, slots = seqs.lens, seqs.ends, seqs.starts, seqs.kv_lens, seqs.slots  # [B] each
+        N = seqs.rows
         H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
         pos = np.concatenate([np.arange(s, s + m) for s, m in zip(starts, lens)])   # [N] positions, for RoPE
         paged = isinstance(cache, PagedKVCache)
         x, h, q, k, v = buf.x[:N], buf.h[:N], buf.q[:N], buf.k[:N], buf.v[:N]
         att, gate, up = buf.att[:N], buf.gate[:N], buf.up[:N]
         ledger.begin_pass(tokens=N)
-        K.embedding(w.embed_tokens, np.concatenate(list(ids)) if isinstance(ids, list) else ids.reshape(-1),
-                    out=x)                                              # [N, d]
+        K.embedding(w.embed_tokens, seqs.ids, out=x)                    # [N, d]
 
         for l, lw in enumerate(w.layers):
             # attention: x += o_proj(attention(rope(q), rope(k), v))
@@ -302,22 +312,25 @@ class Transformer:
         out = K.rmsnorm(x, w.norm, eps, op="norm")                      # [N, B or rows, d]
         return K.matmul(out, w.lm_head, op="lm_head")                   # [N, B or rows, V]
 
-    def decode(self, ids, state, pos, kv_len=None, mask=CAUSAL, last_only=False, out_rows=None):
-        """layers() for a few new tokens ids [n] of one sequence at positions pos.., each layer one
-        C call (csrc/layer.c: the loop body above, kernel for kernel): a decode step, a block of
-        block diffusion. Returns logits [n, V], or [1, V] for the last position."""
-        run, w, n = state.decode, self.weights, len(ids)
+    def decode(self, seqs, state, mask=CAUSAL, last_only=False, out_rows=None):
+        """layers() for passes of up to kernels.MAX_LAYER_ROWS rows, each layer one C call
+        (csrc/layer.c: the loop body above, kernel for kernel): a decode step of one sequence or a
+        batch, a prompt, a block of block diffusion, canvases. Returns what layers returns."""
+        run, w, n = state.decode, self.weights, seqs.rows
+        paged = isinstance(state.cache, PagedKVCache)
+        c_seqs = K.DecodeSeqs(run, seqs.slots, seqs.starts, seqs.lens, seqs.kv_lens,
+                              state.cache.tables if paged else None)
         x = state.buf.x[:n]                                             # [n, d] residual stream
         ledger.begin_pass(tokens=n)
-        K.embedding(w.embed_tokens, ids, out=x)                        # [n, d]
+        K.embedding(w.embed_tokens, seqs.ids, out=x)                    # [n, d]
         for l, layer in enumerate(self.decode_layers):
-            K.decode_layer(layer, run, l, pos, n, kv_len, mask)         # x += layer l  [n, d]
+            K.decode_layer(layer, run, l, c_seqs, mask)                 # x += layer l  [n, d]
         if out_rows is not None:
             x = x[out_rows]                                             # [rows, d]
         elif last_only:
-            x = x[n - 1:]                                               # [1, d]
-        out = K.rmsnorm(x, w.norm, self.config.rms_norm_eps, op="norm") # [n, 1 or rows, d]
-        return K.matmul(out, w.lm_head, op="lm_head")                   # [n or 1, V]
+            x = x[seqs.ends - 1]                                        # [B, d] each sequence's last row
+        out = K.rmsnorm(x, w.norm, self.config.rms_norm_eps, op="norm") # [n, B or rows, d]
+        return K.matmul(out, w.lm_head, op="lm_head")                   # [n, B or rows, V]
 
     def canvas_logits(self, canvas, state, start=0, end=None, want=None):
         """Bidirectional logits [B, end-start, V] for canvas [B, L] positions start..end-1.
