@@ -197,6 +197,23 @@ TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, 
     }
 }
 
+/* The weights pack_panel reads next (blocks b0.. of rows j0..j0+cols, or, past the last blocks,
+   the first of the next panel, rows j1..), requested while the tiles run on this panel: 32 rows
+   are 32 streams, more than the hardware prefetcher follows, and without it the tiles' work and
+   the weights' reading take turns instead of overlapping. */
+static void prefetch_next(const struct gq *a, int64_t j0, int64_t cols, int64_t b0, int64_t j1)
+{
+    const int64_t bytes = a->type == TD_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0), row_bytes = a->nb * bytes;
+    if (b0 < 0 && j1 < 0)
+        return;
+    if (b0 < 0)
+        j0 = j1, b0 = 0, cols = a->m - j1 < NR ? a->m - j1 : NR;
+    const int64_t span = (a->nb - b0 < KB ? a->nb - b0 : KB) * bytes;
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t p = 0; p < span; p += 64)
+            __builtin_prefetch((const char *)a->w + (j0 + c) * row_bytes + b0 * bytes + p);
+}
+
 /* tasks [b, e): task t is weight panel t / nchunks times x row chunk t % nchunks */
 TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
 {
@@ -211,6 +228,7 @@ TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
         for (int64_t b0 = 0; b0 < a->nb; b0 += KB) {
             int64_t nbk = a->nb - b0 < KB ? a->nb - b0 : KB;
             pack_panel(a, j0, cols, b0, nbk, wq, wd);
+            prefetch_next(a, j0, cols, b0 + KB < a->nb ? b0 + KB : -1, t + 1 < e ? (t + 1) / a->nchunks * NR : -1);
             for (int64_t i = i0; i < i1; i += MR) {
                 int64_t rows = i1 - i < MR ? i1 - i : MR;
                 float *y = a->y + i * a->m + j0;
