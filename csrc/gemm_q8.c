@@ -18,7 +18,7 @@
 
 #if defined(__x86_64__)
 #define NR 32 /* weight rows per panel: two zmm of int32 lanes */
-#define MR 6  /* x rows per tile: 2*MR int32 sums and 2*MR f32 sums stay in the 32 registers */
+#define MR 4  /* x rows per tile: 2*MR int32 sums and 2*MR f32 sums in registers; 4, not 6: a batch of 8 decoding sequences is two whole tiles (6 wasted a third of the work) */
 #define KB 8  /* blocks per panel (256 numbers): 8 KiB of packed bytes, L1-sized */
 
 struct gq {
@@ -197,21 +197,24 @@ TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, 
     }
 }
 
-/* The weights pack_panel reads next (blocks b0.. of rows j0..j0+cols, or, past the last blocks,
-   the first of the next panel, rows j1..), requested while the tiles run on this panel: 32 rows
-   are 32 streams, more than the hardware prefetcher follows, and without it the tiles' work and
-   the weights' reading take turns instead of overlapping. */
-static void prefetch_next(const struct gq *a, int64_t j0, int64_t cols, int64_t b0, int64_t j1)
+/* The weights pack_panel will read AHEAD panels of KB blocks after this one (blocks b0.. of task
+   t's rows; past a row's last block, the next task's), requested into L2 while this one is packed
+   and its tiles run: 32 rows are 32 streams, more than the hardware prefetcher follows, and
+   without it the tiles' work and the weights' reading take turns instead of overlapping. */
+#define AHEAD 2
+static void prefetch_ahead(const struct gq *a, int64_t t, int64_t b0, int64_t e)
 {
     const int64_t bytes = a->type == TD_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0), row_bytes = a->nb * bytes;
-    if (b0 < 0 && j1 < 0)
+    const int64_t per_row = (a->nb + KB - 1) / KB; /* panels of KB blocks a row */
+    int64_t step = b0 / KB + AHEAD;
+    t += step / per_row, b0 = step % per_row * KB;
+    if (t >= e)
         return;
-    if (b0 < 0)
-        j0 = j1, b0 = 0, cols = a->m - j1 < NR ? a->m - j1 : NR;
+    const int64_t j0 = t / a->nchunks * NR, cols = a->m - j0 < NR ? a->m - j0 : NR;
     const int64_t span = (a->nb - b0 < KB ? a->nb - b0 : KB) * bytes;
     for (int64_t c = 0; c < cols; c++)
         for (int64_t p = 0; p < span; p += 64)
-            __builtin_prefetch((const char *)a->w + (j0 + c) * row_bytes + b0 * bytes + p);
+            __builtin_prefetch((const char *)a->w + (j0 + c) * row_bytes + b0 * bytes + p, 0, 2);
 }
 
 /* tasks [b, e): task t is weight panel t / nchunks times x row chunk t % nchunks */
@@ -228,7 +231,7 @@ TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
         for (int64_t b0 = 0; b0 < a->nb; b0 += KB) {
             int64_t nbk = a->nb - b0 < KB ? a->nb - b0 : KB;
             pack_panel(a, j0, cols, b0, nbk, wq, wd);
-            prefetch_next(a, j0, cols, b0 + KB < a->nb ? b0 + KB : -1, t + 1 < e ? (t + 1) / a->nchunks * NR : -1);
+            prefetch_ahead(a, t, b0, e);
             for (int64_t i = i0; i < i1; i += MR) {
                 int64_t rows = i1 - i < MR ? i1 - i : MR;
                 float *y = a->y + i * a->m + j0;
