@@ -249,26 +249,55 @@ TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
     }
 }
 
-int td_gemm_q8_vnni(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
+#define GEMMS_MAX 4 /* weights in one job (td_matmuls' MATMULS_MAX) */
+
+struct gqs {
+    struct gq a[GEMMS_MAX];
+    int64_t first[GEMMS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
+    int64_t nw;
+};
+
+/* tasks [b, e) of the weights' tasks laid end to end: each part run on its own weight */
+TD_AVX512_VNNI static void gemms_range(void *ctx, int64_t b, int64_t e)
 {
-    struct gq a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nb = k / QK8_0, .type = type};
-    /* enough tasks to keep every thread busy: split x rows too when there are few weight panels */
-    int64_t npanels = (m + NR - 1) / NR, want = 4 * (int64_t)td_get_threads();
-    int64_t nchunks = npanels >= want ? 1 : (want + npanels - 1) / npanels;
-    a.chunk = ((n + nchunks - 1) / nchunks + MR - 1) / MR * MR;
-    a.nchunks = (n + a.chunk - 1) / a.chunk;
-    int64_t xq_bytes = (n * a.nb * (int64_t)sizeof(block_q8_0) + 63) / 64 * 64;
+    struct gqs *s = ctx;
+    for (int64_t j = 0; j < s->nw && b < e; j++)
+        if (b < s->first[j + 1]) {
+            int64_t end = e < s->first[j + 1] ? e : s->first[j + 1];
+            gemm_range(&s->a[j], b - s->first[j], end - s->first[j]);
+            b = end;
+        }
+}
+
+int td_gemm_q8_vnni(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
+                    const int64_t *ms)
+{
+    struct gqs s = {.nw = nw};
+    const int64_t nb = k / QK8_0, xq_bytes = (n * nb * (int64_t)sizeof(block_q8_0) + 63) / 64 * 64;
+    if (nw > GEMMS_MAX)
+        return -1;
     td_pool_enter();
-    char *scratch = td_scratch(xq_bytes + n * a.nb * 8);
+    char *scratch = td_scratch(xq_bytes + n * nb * 8);
     if (!scratch) {
         td_pool_leave();
         return -1;
     }
-    a.xq = (block_q8_0 *)scratch;
-    a.xd = (float *)(scratch + xq_bytes);
-    a.xs = (int32_t *)(a.xd + n * a.nb);
-    td_parallel_run(quantize_x, &a, n, 8.0 * k);
-    td_parallel_run(gemm_range, &a, npanels * a.nchunks, 2.0 * NR * k * a.chunk);
+    for (int64_t j = 0; j < nw; j++) {
+        struct gq *a = &s.a[j];
+        *a = (struct gq){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nb = nb, .type = type,
+                         .xq = (block_q8_0 *)scratch, .xd = (float *)(scratch + xq_bytes)};
+        a->xs = (int32_t *)(a->xd + n * nb);
+        /* enough tasks to keep every thread busy: split x rows too when there are few weight
+           panels, unless there are few x rows (a decoding batch), whose tiles are cheap next to
+           the packing each chunk would repeat */
+        int64_t npanels = (a->m + NR - 1) / NR, want = 4 * (int64_t)td_get_threads();
+        int64_t nchunks = npanels >= want || n <= 4 * MR ? 1 : (want + npanels - 1) / npanels;
+        a->chunk = ((n + nchunks - 1) / nchunks + MR - 1) / MR * MR;
+        a->nchunks = (n + a->chunk - 1) / a->chunk;
+        s.first[j + 1] = s.first[j] + npanels * a->nchunks;
+    }
+    td_parallel_run(quantize_x, &s.a[0], n, 8.0 * k); /* x quantized once for all the weights */
+    td_parallel_run(gemms_range, &s, s.first[nw], 2.0 * NR * k * s.a[0].chunk);
     td_pool_leave();
     return 0;
 }

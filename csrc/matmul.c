@@ -205,6 +205,7 @@ static int int8_gemm(enum td_type type, int64_t n)
     return n >= GEMM_Q8_MIN_ROWS && (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX512 &&
            (td_simd_ext & TD_EXT_VNNI);
 #else
+    (void)type, (void)n;
     return 0;
 #endif
 }
@@ -223,7 +224,7 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
     }
 #if defined(__x86_64__)
     if (int8_gemm(type, n))
-        return td_gemm_q8_vnni(type, x, w, y, n, k, m);
+        return td_gemm_q8_vnni(type, x, n, k, 1, (void **)&w, &y, &m);
 #endif
     int gemm = n >= GEMM_MIN_ROWS;
     int64_t ntasks = gemm ? plan_gemm(kern, &a) : (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
@@ -286,6 +287,10 @@ static int matmul_one(enum td_type type, const float *x, const void *w, float *y
 static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws,
                            float **ys, const int64_t *ms, int accumulate)
 {
+#if defined(__x86_64__)
+    if (n > 0 && k > 0 && int8_gemm(type, n) && !accumulate) /* one job, x quantized once */
+        return td_gemm_q8_vnni(type, x, n, k, nw, ws, ys, ms);
+#endif
     if (n == 0 || k == 0 || n >= GEMM_MIN_ROWS || int8_gemm(type, n)) { /* one after the other */
         for (int64_t j = 0; j < nw; j++)
             if (matmul_one(type, x, ws[j], ys[j], n, k, ms[j], accumulate))
