@@ -2,8 +2,8 @@
 #include "dot_isa.h"
 #include "exp_isa.h"
 #define VI TD_CAT(vi, VL)
-#define RT (VL == 16 ? 3 : 2) /* register tile: RT row vectors by AT keys (or value dims), so */
-#define AT (VL == 16 ? 8 : 6) /* RT * AT accumulators, RT loads and a broadcast fit the registers */
+#define RT (REGS == 32 ? 3 : 2) /* register tile: RT row vectors by AT keys (or value dims), so */
+#define AT (REGS == 32 ? 8 : 6) /* RT * AT accumulators, RT loads and a broadcast fit the registers */
 /* ---- one query: a (query, head) row at a time ---- */
 
 /* s[0:4] = q[hd] . k_r[hd] for four keys k_r = k + r * stride */

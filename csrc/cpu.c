@@ -1,5 +1,10 @@
 /* cpu.c: which SIMD path the kernels take. Detected once when the library loads. */
 #include "internal.h"
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
 int td_simd = TD_SIMD_C;
 int td_simd_ext = 0;
@@ -18,6 +23,17 @@ __attribute__((constructor)) static void td_detect_simd(void)
         td_simd_ext |= TD_EXT_VNNI;
     if (td_simd_max == TD_SIMD_AVX512 && bw_vl && __builtin_cpu_supports("avx512bf16"))
         td_simd_ext |= TD_EXT_BF16;
+#elif defined(__aarch64__)
+    td_simd_max = TD_SIMD_NEON; /* every arm64 CPU has it */
+#if defined(__linux__) && defined(HWCAP_ASIMDDP)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP)
+        td_simd_ext |= TD_EXT_DOTPROD;
+#elif defined(__APPLE__)
+    int dotprod = 0;
+    size_t len = sizeof dotprod;
+    if (!sysctlbyname("hw.optional.arm.FEAT_DotProd", &dotprod, &len, NULL, 0) && dotprod)
+        td_simd_ext |= TD_EXT_DOTPROD;
+#endif
 #endif
     td_simd = td_simd_max;
 }

@@ -9,6 +9,8 @@
 #include "tinydiff.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 #define TD_INLINE static inline __attribute__((always_inline))
@@ -20,9 +22,10 @@
 #define TD_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 #endif
 
-enum { TD_SIMD_C = 0, TD_SIMD_AVX2 = 1, TD_SIMD_AVX512 = 2 };
+enum { TD_SIMD_C = 0, TD_SIMD_AVX2 = 1, TD_SIMD_AVX512 = 2 }; /* x86-64 */
+enum { TD_SIMD_NEON = 1 };                                     /* arm64 */
 extern int td_simd;     /* level in use, set by cpu.c */
-extern int td_simd_ext; /* TD_EXT_* bits: what the CPU has beyond AVX512F */
+extern int td_simd_ext; /* TD_EXT_* bits: what the CPU has beyond AVX512F, or NEON */
 
 /* The pool functions below act on the calling thread's current pool (td_pool_use in tinydiff.h).
    td_parallel_for: run fn(ctx, begin, end) over [0, ntasks) split in contiguous ranges, one per thread. cost is the
@@ -92,6 +95,9 @@ TD_INLINE float sum_vf16(vf16 v)
 #if defined(__x86_64__)
 #define TD_PICK(name) \
     (td_simd == TD_SIMD_AVX512 ? &name##_avx512 : td_simd == TD_SIMD_AVX2 ? &name##_avx2 : &name##_c)
+#elif defined(__aarch64__)
+#define TD_PICK(name) (td_simd == TD_SIMD_NEON ? &name##_neon : &name##_c)
+#define TD_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 #else
 #define TD_PICK(name) (&name##_c)
 #endif

@@ -1,11 +1,11 @@
 /* matmul_isa.h: the matmul kernels for one instruction set (included by foreach_isa.h, see there).
    NR = two vectors of output columns, MR x rows per register tile: MR * 2 accumulators plus two
-   weight vectors and a broadcast fit the register file (16 registers, or 32 with AVX-512). */
+   weight vectors and a broadcast fit the register file (16 registers, or 32 with AVX-512 and NEON). */
 #define NR (2 * VL)
-#define MR (VL == 16 ? 12 : 6)
+#define MR (REGS == 32 ? 12 : 6)
 #define MR_REST 4 /* tile height for the rows left over */
 #define FEW_RW 4 /* few rows: weight rows per register tile */
-#define FEW_RX (VL == 16 ? 4 : 2) /* few rows: x rows per tile; FEW_RX * FEW_RW sums + FEW_RX + 1 registers */
+#define FEW_RX (REGS == 32 ? 4 : 2) /* few rows: x rows per tile; FEW_RX * FEW_RW sums + FEW_RX + 1 registers */
 
 #include "dot_isa.h"
 

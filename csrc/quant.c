@@ -338,11 +338,64 @@ static const int needs_ext[TD_NTYPES] = {[TD_BF16] = TD_EXT_BF16, [TD_Q8_0] = TD
 #define TD_ISA_FILE "quant_isa.h"
 #include "foreach_isa.h"
 
+#if defined(__aarch64__)
+/* ---- the exception on arm64: the int8 dot products with dotprod (sdot: a lane's 4 products summed
+   in one instruction, where vmull_s8 widens to int16 and adds pairs in two) ---- */
+
+TD_INLINE float fp16_neon(td_fp16_t h)
+{
+    __fp16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+
+TD_DOTPROD static float vec_dot_q8_0_q8_0_dotprod(int64_t k, const void *vw, const void *vx)
+{
+    const block_q8_0 *w = vw, *x = vx;
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < k / QK8_0; i++) {
+        int32x4_t s = vdotq_s32(vdupq_n_s32(0), vld1q_s8(w[i].qs), vld1q_s8(x[i].qs));
+        s = vdotq_s32(s, vld1q_s8(w[i].qs + 16), vld1q_s8(x[i].qs + 16));
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(s), fp16_neon(w[i].d) * fp16_neon(x[i].d));
+    }
+    return vaddvq_f32(acc);
+}
+
+TD_DOTPROD static float vec_dot_q4_0_q8_0_dotprod(int64_t k, const void *vw, const void *vx)
+{
+    const block_q4_0 *w = vw;
+    const block_q8_0 *x = vx;
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < k / QK4_0; i++) {
+        const uint8x16_t q = vld1q_u8(w[i].qs);
+        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), vdupq_n_s8(8));
+        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vdupq_n_s8(8));
+        int32x4_t s = vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(x[i].qs));
+        s = vdotq_s32(s, hi, vld1q_s8(x[i].qs + 16));
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(s), fp16_neon(w[i].d) * fp16_neon(x[i].d));
+    }
+    return vaddvq_f32(acc);
+}
+
+/* NEON's table with the dotprod entries in, made once at load */
+static struct type_traits type_traits_dotprod[TD_NTYPES];
+
+__attribute__((constructor)) static void make_type_traits_dotprod(void)
+{
+    memcpy(type_traits_dotprod, type_traits_neon, sizeof type_traits_dotprod);
+    type_traits_dotprod[TD_Q8_0].vec_dot = vec_dot_q8_0_q8_0_dotprod;
+    type_traits_dotprod[TD_Q4_0].vec_dot = vec_dot_q4_0_q8_0_dotprod;
+}
+#endif
+
 const struct type_traits *td_type_traits(enum td_type type)
 {
 #if defined(__x86_64__)
     if (td_simd == TD_SIMD_AVX512 && (td_simd_ext & needs_ext[type]) != needs_ext[type])
         return &type_traits_avx2[type];
+#elif defined(__aarch64__)
+    if (td_simd == TD_SIMD_NEON && (td_simd_ext & TD_EXT_DOTPROD))
+        return &type_traits_dotprod[type];
 #endif
     return &(*TD_PICK(type_traits))[type];
 }

@@ -1,16 +1,18 @@
 /* quant_isa.h: quant.h's row functions for one instruction set (included by foreach_isa.h, see
    there), each written once: weights to f32, an x row to Q8_0, the dot products, and the table
    of them (ggml's type_traits). What only an instruction set can do is a primitive below, picked
-   by VL (4 plain C, 8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32; bytes and words <-> int32
-   lanes (GCC 12 turns the vector extensions' conversions of these into one scalar move a lane);
-   the largest lane; and the int8 dot product of one block (maddubs on AVX2).
+   by PLAIN (plain C), NEON (arm64) or VL (8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32; bytes
+   and words <-> int32 lanes (GCC 12 turns the vector extensions' conversions of these into one
+   scalar move a lane); the largest lane; and the int8 dot product of one block (maddubs on AVX2,
+   vmull_s8 on NEON).
 
    Every path gives the same numbers where the order of float operations allows it (weights to
    f32, x to Q8_0), so a dot product's result depends only on its summation order. Plain C keeps
    ggml's reference order: a float sum term after term, and each block's int8 dot product whole
    in lane 0 (so vsum of the accumulator is that one sum). The AVX-512 bf16 and int8 dot products
    need an extension and are hand-written in quant.c (see there for why), under the names ISA()
-   gives them here. */
+   gives them here; so are NEON's with the dotprod extension (sdot), which td_type_traits gives
+   instead of this file's where the CPU has it. */
 #include "exp_isa.h"
 
 typedef int32_t ISA(vi) __attribute__((vector_size(4 * VL)));   /* VL lanes of int32 */
@@ -18,7 +20,7 @@ typedef uint32_t ISA(vu) __attribute__((vector_size(4 * VL)));  /* and uint32 */
 
 /* ---- the primitives of each instruction set ---- */
 
-#if VL == 4
+#if PLAIN
 TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p) { return (ISA(vi)){p[0], p[1], p[2], p[3]}; }
 TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p) { return (ISA(vi)){p[0], p[1], p[2], p[3]}; }
 TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p) { return (ISA(vu)){p[0], p[1], p[2], p[3]}; }
@@ -51,6 +53,60 @@ TARGET TD_INLINE VEC ISA(dot_q4_0)(const uint8_t *w, const int8_t *x)
     for (int j = 0; j < QK4_0 / 2; j++)
         sumi += ((w[j] & 15) - 8) * x[j] + ((w[j] >> 4) - 8) * x[j + QK4_0 / 2];
     return (VEC){(float)sumi};
+}
+#elif NEON /* arm64: widening moves and narrowing moves, the f16 conversion, vmull_s8 */
+TARGET TD_INLINE ISA(vi) ISA(load_i8)(const int8_t *p)
+{
+    int32_t four;
+    memcpy(&four, p, 4);
+    return (ISA(vi))vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(four)))));
+}
+TARGET TD_INLINE ISA(vi) ISA(load_u8)(const uint8_t *p)
+{
+    uint32_t four;
+    memcpy(&four, p, 4);
+    return (ISA(vi))vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(four)))));
+}
+TARGET TD_INLINE ISA(vu) ISA(load_u16)(const uint16_t *p) { return (ISA(vu))vmovl_u16(vld1_u16(p)); }
+TARGET TD_INLINE void ISA(store_i8)(int8_t *p, ISA(vi) v) /* truncating; the lanes fit a byte */
+{
+    const int16x4_t h = vmovn_s32((int32x4_t)v);
+    const int32_t four = vget_lane_s32(vreinterpret_s32_s8(vmovn_s16(vcombine_s16(h, h))), 0);
+    memcpy(p, &four, 4);
+}
+TARGET TD_INLINE float ISA(hmax)(VEC v) { return vmaxnmvq_f32((float32x4_t)v); } /* NaN ignored, as fmaxf */
+TARGET TD_INLINE float ISA(h2f)(td_fp16_t h)
+{
+    __fp16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+TARGET TD_INLINE td_fp16_t ISA(f2h)(float f) { return fp32_to_fp16(f); } /* one a block: NaN as plain C gives it */
+TARGET TD_INLINE VEC ISA(load_f16)(const td_fp16_t *h)
+{
+    return (VEC)vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+
+/* w . x of 16 int8 pairs, in 4 int32 lanes: 8 products widened to int16, summed in pairs */
+TARGET TD_INLINE int32x4_t ISA(dot16_s8)(int32x4_t acc, int8x16_t w, int8x16_t x)
+{
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(w), vget_low_s8(x)));
+    return vpadalq_s16(acc, vmull_high_s8(w, x));
+}
+
+TARGET TD_INLINE VEC ISA(dot_q8_0)(const int8_t *w, const int8_t *x)
+{
+    int32x4_t s = ISA(dot16_s8)(vdupq_n_s32(0), vld1q_s8(w), vld1q_s8(x));
+    return (VEC)vcvtq_f32_s32(ISA(dot16_s8)(s, vld1q_s8(w + 16), vld1q_s8(x + 16)));
+}
+
+TARGET TD_INLINE VEC ISA(dot_q4_0)(const uint8_t *w, const int8_t *x)
+{
+    const uint8x16_t q = vld1q_u8(w);
+    const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), vdupq_n_s8(8));
+    const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vdupq_n_s8(8));
+    int32x4_t s = ISA(dot16_s8)(vdupq_n_s32(0), lo, vld1q_s8(x));
+    return (VEC)vcvtq_f32_s32(ISA(dot16_s8)(s, hi, vld1q_s8(x + 16)));
 }
 #else /* AVX2 (VL 8) and AVX-512 (VL 16): the same intrinsics on a ymm or a zmm */
 #if VL == 8
@@ -199,11 +255,11 @@ TARGET TD_INLINE float ISA(dot_16bit)(int64_t k, const uint16_t *h, const float 
 {
     VEC a0 = {0}, a1 = {0};
     int64_t i = 0;
-    for (; VL > 4 && i + 2 * VL <= k; i += 2 * VL) {
+    for (; !PLAIN && i + 2 * VL <= k; i += 2 * VL) {
         a0 += ISA(load_16bit)(h + i, bf16) * vload(x + i);
         a1 += ISA(load_16bit)(h + i + VL, bf16) * vload(x + i + VL);
     }
-    for (; VL > 4 && i + VL <= k; i += VL)
+    for (; !PLAIN && i + VL <= k; i += VL)
         a0 += ISA(load_16bit)(h + i, bf16) * vload(x + i);
     float s = vsum(a0 + a1);
     for (; i < k; i++)

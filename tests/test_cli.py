@@ -117,6 +117,13 @@ def test_bad_thread_count_in_the_environment(value, monkeypatch):
     assert_one_line_error(status, err, 2, "TINYDIFF_THREADS", value)
 
 
+@pytest.mark.parametrize("value", ["sse9", "avx512x"])
+def test_bad_simd_path_in_the_environment(value, monkeypatch):
+    monkeypatch.setenv("TINYDIFF_SIMD", value)
+    status, _, err = run("generate", "-m", MODEL, "-p", "hi")
+    assert_one_line_error(status, err, 2, "TINYDIFF_SIMD", value)
+
+
 def test_unknown_command_and_flag():
     status, _, err = run("frobnicate")
     assert_one_line_error(status, err, 2, "frobnicate")

@@ -286,6 +286,19 @@ def test_threads_from_environment():
     assert run.stdout == f"{K.physical_cores()}\n"
 
 
+def test_simd_from_environment():
+    """TINYDIFF_SIMD runs a lower path than the CPU's best (each one this CPU has); a value that
+    is not one of them leaves the best at import (tinydiff.load reports it)."""
+    code = "from tinydiff.engine import kernels; print(kernels.simd(), kernels.BEST_SIMD)"
+    for level in K.SIMD_LEVELS[:K.SIMD_LEVELS.index(K.BEST_SIMD) + 1]:
+        env = dict(os.environ, TINYDIFF_SIMD=level.upper())
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=HERE)
+        assert run.stdout == f"{level} {K.BEST_SIMD}\n", run.stderr
+    env = dict(os.environ, TINYDIFF_SIMD="sse9")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=HERE)
+    assert run.stdout == f"{K.BEST_SIMD} {K.BEST_SIMD}\n", run.stderr
+
+
 def run_all(seed):
     """One call of every threaded kernel, on inputs big enough to be split across threads."""
     x, w = data(seed, 70, 300), data(seed + 1, 200, 300)

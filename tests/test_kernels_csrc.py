@@ -110,7 +110,7 @@ for name, out in (("f32", y), ("q8_0", y[:, :64].copy())):
 """
 
 
-@pytest.mark.parametrize("level_", ["avx2", "avx512"])
+@pytest.mark.parametrize("level_", K.SIMD_LEVELS[1:])
 def test_out_of_memory_raises_and_leaves_out_untouched(level_):
     """With the address space capped: matmul's accumulate temporary (f32) and its x scratch (Q8_0)
     cannot be had; each call raises MemoryError with one line and leaves out as it was."""

@@ -81,6 +81,7 @@ def load(path, threads=None):
         kernels.threads_from_env()      # a bad TINYDIFF_THREADS is reported here (importing ignores it)
     else:
         kernels.check_threads(threads)  # before the minutes a big checkpoint takes to read
+    kernels.simd_from_env()             # and a bad TINYDIFF_SIMD
     path = model_path(path)
     if os.path.isfile(path):
         config, weights, tokenizer, stored, template = load_gguf(path)

@@ -20,6 +20,7 @@ Signatures and meaning match tinydiff.engine.reference, the plain NumPy version.
 """
 import math
 import os
+import platform
 import threading
 
 import numpy as np
@@ -36,7 +37,8 @@ __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "chec
            "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
            "DecodeLayer", "DecodeRun", "DecodeSeqs", "decode_layer"]
 
-SIMD_LEVELS = ("c", "avx2", "avx512")  # index = the C level (cpu.c)
+ARM = platform.machine().lower() in ("aarch64", "arm64")
+SIMD_LEVELS = ("c", "neon") if ARM else ("c", "avx2", "avx512")  # index = the C level (cpu.c)
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 _ndarray = np.ndarray
 _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 us
@@ -126,20 +128,22 @@ def _max_busy_pools(reset=False):
 
 
 def simd():
-    """The instruction set the kernels use on this CPU: 'avx512', 'avx2' or 'c'."""
+    """The instruction set the kernels use on this CPU: 'avx512', 'avx2' or 'c' (x86-64); 'neon'
+    or 'c' (arm64)."""
     return SIMD_LEVELS[lib.td_get_simd()]
 
 
 def simd_extensions():
-    """The AVX-512 extensions the kernels use on this CPU: a tuple of 'avx512_vnni', 'avx512_bf16'
-    (the int8 / bf16 dot products on the AVX-512 path; without one, that kernel's AVX2 version runs)."""
+    """The extensions the kernels use on this CPU: a tuple of 'avx512_vnni', 'avx512_bf16' (the
+    int8 / bf16 dot products on the AVX-512 path; without one, that kernel's AVX2 version runs),
+    'dotprod' (arm64's int8 dot products on the NEON path; without it, widening multiplies)."""
     ext = lib.td_get_simd_ext()
-    return tuple(name for bit, name in ((lib.TD_EXT_VNNI, "avx512_vnni"), (lib.TD_EXT_BF16, "avx512_bf16"))
-                 if ext & bit)
+    return tuple(name for bit, name in ((lib.TD_EXT_VNNI, "avx512_vnni"), (lib.TD_EXT_BF16, "avx512_bf16"),
+                                        (lib.TD_EXT_DOTPROD, "dotprod")) if ext & bit)
 
 
 def _set_simd(name):
-    """For tests: force a lower SIMD path ('c', 'avx2', 'avx512'); returns the one in use."""
+    """For tests: force a lower SIMD path (one of SIMD_LEVELS); returns the one in use."""
     return SIMD_LEVELS[lib.td_set_simd(SIMD_LEVELS.index(name))]
 
 
@@ -513,4 +517,28 @@ def _threads_at_import():
         return physical_cores()
 
 
+def simd_from_env():
+    """TINYDIFF_SIMD, one of this CPU's SIMD paths (SIMD_LEVELS up to the best it has), or None if
+    it is not set: the kernels run that path instead of the best one (another CPU's instruction
+    set measured on this one, as `TINYDIFF_SIMD=avx2 tinydiff bench` on an AVX-512 machine)."""
+    env = os.environ.get("TINYDIFF_SIMD", "").strip().lower()
+    if not env:
+        return None
+    levels = SIMD_LEVELS[:SIMD_LEVELS.index(BEST_SIMD) + 1]
+    if env not in levels:
+        raise UsageError(f"TINYDIFF_SIMD must be one of this CPU's paths ({', '.join(levels)}), got {env!r}")
+    return env
+
+
+def _simd_at_import():
+    """simd_from_env(), if it is good: importing never fails on it (tinydiff.load reports it)."""
+    try:
+        return simd_from_env()
+    except UsageError:
+        return None
+
+
 set_threads(_threads_at_import())
+BEST_SIMD = simd()                  # this CPU's best path, before TINYDIFF_SIMD
+if _simd_at_import():
+    _set_simd(_simd_at_import())
