@@ -46,6 +46,70 @@ TD_AVX2 TD_INLINE __m256 mul_sum_i8_pairs_avx2(__m256i x, __m256i y)
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
 }
 
+/* AVX2 tiles: 4 weight rows by N (1 or 2) x rows, each x block's side (its quants, d_x, and for
+   Q4_0 -8 . x) made once for the 4 rows and each weight block's once for the N x rows. Q4_0's
+   nibbles are the unsigned side of maddubs as they are (0..15), and -8 . x is taken off each lane
+   once, where vec_dot's sign trick works on nibble - 8. Each sum has vec_dot's lanes, terms and
+   order: the same result to the bit. */
+TD_AVX2 TD_INLINE void dot_tile_avx2(const int q4, const int N, int64_t k, const char *vw, int64_t row_bytes,
+                                     const char *vx, int64_t x_bytes, float *y, int64_t ldy)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    vf8 acc[4][2];
+    for (int r = 0; r < 4; r++)
+        for (int n = 0; n < N; n++)
+            acc[r][n] = (vf8){0};
+    for (int64_t i = 0; i < k / QK8_0; i++) {
+        __m256i qx[2], minus8x[2];
+        float dx[2];
+        for (int n = 0; n < N; n++) {
+            const block_q8_0 *xb = (const block_q8_0 *)(vx + n * x_bytes) + i;
+            qx[n] = _mm256_loadu_si256((const __m256i *)xb->qs);
+            dx[n] = _cvtsh_ss(xb->d);
+            if (q4)
+                minus8x[n] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), qx[n]), ones);
+        }
+        for (int r = 0; r < 4; r++) {
+            __m256i qw;
+            float dw;
+            if (q4) {
+                const block_q4_0 *wb = (const block_q4_0 *)(vw + r * row_bytes) + i;
+                qw = bytes_from_nibbles_32(wb->qs), dw = _cvtsh_ss(wb->d);
+            } else {
+                const block_q8_0 *wb = (const block_q8_0 *)(vw + r * row_bytes) + i;
+                qw = _mm256_loadu_si256((const __m256i *)wb->qs), dw = _cvtsh_ss(wb->d);
+            }
+            const __m256i uw = q4 ? qw : _mm256_sign_epi8(qw, qw);
+            for (int n = 0; n < N; n++) {
+                const __m256i sx = q4 ? qx[n] : _mm256_sign_epi8(qx[n], qw);
+                __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(uw, sx), ones);
+                if (q4)
+                    lanes = _mm256_sub_epi32(lanes, minus8x[n]);
+                acc[r][n] += dw * dx[n] * (vf8)_mm256_cvtepi32_ps(lanes);
+            }
+        }
+    }
+    for (int n = 0; n < N; n++)
+        for (int r = 0; r < 4; r++)
+            y[n * ldy + r] = sum_vf8(acc[r][n]);
+}
+
+#define DOT_4XN_AVX2(type, q4)                                                                              \
+    TD_AVX2 static void vec_dot_4xn_##type##_q8_0_avx2(int64_t k, const void *w, int64_t row_bytes,        \
+                                                       const void *x, int64_t x_bytes, int nx, float *y,   \
+                                                       int64_t ldy)                                         \
+    {                                                                                                       \
+        for (int i = 0; i < nx; i += 2) {                                                                   \
+            if (nx - i >= 2)                                                                                \
+                dot_tile_avx2(q4, 2, k, w, row_bytes, (const char *)x + i * x_bytes, x_bytes, y + i * ldy, ldy); \
+            else                                                                                            \
+                dot_tile_avx2(q4, 1, k, w, row_bytes, (const char *)x + i * x_bytes, x_bytes, y + i * ldy, ldy); \
+        }                                                                                                   \
+    }
+DOT_4XN_AVX2(q8_0, 0)
+DOT_4XN_AVX2(q4_0, 1)
+#undef DOT_4XN_AVX2
+
 /* ---- the exception: AVX-512 dot products that need AVX512_BF16 or AVX512_VNNI ---- */
 
 /* x rounded to bf16 (nearest even, as quant.to_bf16) for vdpbf16ps; a masked tail past k % 16 */

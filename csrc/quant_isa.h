@@ -307,14 +307,14 @@ static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
     [TD_Q8_0] = {.blck_size = QK8_0, .type_size = sizeof(block_q8_0), .to_float = ISA(q8_0_to_float),
                  .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
                  .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q8_0_q8_0),
-#if VL == 16 /* tiles of weight rows by x rows sharing the work on each */
+#if VL >= 8 /* tiles of weight rows by x rows sharing the work on each (quant.c) */
                  .vec_dot_4xn = ISA(vec_dot_4xn_q8_0_q8_0),
 #endif
                 },
     [TD_Q4_0] = {.blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float = ISA(q4_0_to_float),
                  .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
                  .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q4_0_q8_0),
-#if VL == 16
+#if VL >= 8
                  .vec_dot_4xn = ISA(vec_dot_4xn_q4_0_q8_0),
 #endif
                 },
