@@ -16,14 +16,7 @@
 #define NEON 0
 #define TARGET
 #define ISA(name) name##_c
-#include TD_ISA_FILE
-#undef VEC
-#undef VL
-#undef REGS
-#undef PLAIN
-#undef NEON
-#undef TARGET
-#undef ISA
+#include "isa_instance.h"
 
 #if defined(__aarch64__)
 #define VEC vf4
@@ -33,14 +26,7 @@
 #define NEON 1
 #define TARGET
 #define ISA(name) name##_neon
-#include TD_ISA_FILE
-#undef VEC
-#undef VL
-#undef REGS
-#undef PLAIN
-#undef NEON
-#undef TARGET
-#undef ISA
+#include "isa_instance.h"
 #endif
 
 #if defined(__x86_64__)
@@ -51,14 +37,7 @@
 #define NEON 0
 #define TARGET TD_AVX2
 #define ISA(name) name##_avx2
-#include TD_ISA_FILE
-#undef VEC
-#undef VL
-#undef REGS
-#undef PLAIN
-#undef NEON
-#undef TARGET
-#undef ISA
+#include "isa_instance.h"
 
 #define VEC vf16
 #define VL 16
@@ -67,12 +46,5 @@
 #define NEON 0
 #define TARGET TD_AVX512
 #define ISA(name) name##_avx512
-#include TD_ISA_FILE
-#undef VEC
-#undef VL
-#undef REGS
-#undef PLAIN
-#undef NEON
-#undef TARGET
-#undef ISA
+#include "isa_instance.h"
 #endif

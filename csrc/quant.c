@@ -189,20 +189,6 @@ TD_AVX512_VNNI TD_INLINE __m128i scales8_q8_0(const block_q8_0 *b)
     return _mm_blend_epi16(_mm512_castsi512_si128(lo), _mm512_castsi512_si128(hi), 0xF0);
 }
 
-/* d_w * d_x of 8 blocks, in the low 8 lanes */
-TD_AVX512_VNNI TD_INLINE __m512 scales8(__m128i dw, const block_q8_0 *x)
-{
-    return _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_cvtph_ps(scales8_q8_0(x))));
-}
-
-/* the sign trick, |w| . (x with w's sign), on two Q8_0 blocks: lanes of 4 quants, block 0 in lanes 0-7 */
-TD_AVX512_VNNI TD_INLINE __m512 dot_pair_q8_0(const block_q8_0 *w, const block_q8_0 *x)
-{
-    const __m512i qw = load_q8_pair(w), qx = load_q8_pair(x);
-    const __m512i sx = _mm512_mask_sub_epi8(qx, _mm512_movepi8_mask(qw), _mm512_setzero_si512(), qx);
-    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx));
-}
-
 /* two Q4_0 blocks' nibbles as unsigned bytes, lanes of 4 quants: [block 0: 0..15 | block 1: 0..15 |
    block 0: 16..31 | block 1: 16..31] */
 TD_AVX512_VNNI TD_INLINE __m512i nibbles_pair_q4_0(const block_q4_0 *w)
@@ -212,82 +198,6 @@ TD_AVX512_VNNI TD_INLINE __m512i nibbles_pair_q4_0(const block_q4_0 *w)
                                               _mm_loadu_si128((const __m128i *)w[1].qs), 1);
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, low)),
                               _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
-}
-
-/* The int8 tiles: R weight rows (1 or 4) by N x rows (1 to 4) at once, each weight pair of blocks
-   and each x pair prepared once for the whole tile, so a few rows of x (a batch of decoding
-   sequences) pass the weights for little more than one. Two blocks a step in one zmm, eight
-   blocks' scales at a time; the pairs past the last 8 with their scales one by one, an odd last
-   block as AVX2 does. The lanes of a pair's scale follow its dot product's. Each (row, x row)
-   sum runs in the same order whatever R and N are: the same result to the bit as vec_dot. */
-
-/* the int32 sums of |w| . x: 128 . w per lane, negated, starts vpdpbusd on x + 128 (unsigned)
-   at w . x exactly: (x + 128) . w - 128 . w */
-TD_AVX512_VNNI TD_INLINE __m512i minus_128w(__m512i qw)
-{
-    return _mm512_sub_epi32(_mm512_setzero_si512(),
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), qw));
-}
-
-/* an odd last block, as AVX2 does it, with vpdpbusd */
-TD_AVX512_VNNI TD_INLINE float last_block_q8_0(const block_q8_0 *w, const block_q8_0 *x)
-{
-    const __m256i qw = _mm256_loadu_si256((const __m256i *)w->qs), qx = _mm256_loadu_si256((const __m256i *)x->qs);
-    return hsum_float_8(_mm256_mul_ps(scale_8(w->d, x->d), mul_sum_i8_pairs_vnni(qw, qx)));
-}
-
-TD_AVX512_VNNI TD_INLINE void dot_tile_q8_0(const int R, const int N, int64_t k, const char *vw, int64_t row_bytes,
-                                            const char *vx, int64_t x_bytes, float *y, int64_t ldy)
-{
-    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i x128 = _mm512_set1_epi8((char)0x80);
-    const block_q8_0 *w[4], *x[4];
-    __m512 acc[4][4];
-    for (int r = 0; r < R; r++)
-        w[r] = (const block_q8_0 *)(vw + r * row_bytes);
-    for (int n = 0; n < N; n++) {
-        x[n] = (const block_q8_0 *)(vx + n * x_bytes);
-        for (int r = 0; r < R; r++)
-            acc[r][n] = _mm512_setzero_ps();
-    }
-    int64_t nb = k / QK8_0, i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        __m256 dw[4], dx[4];
-        for (int r = 0; r < R; r++)
-            dw[r] = _mm256_cvtph_ps(scales8_q8_0(w[r] + i));
-        for (int n = 0; n < N; n++)
-            dx[n] = _mm256_cvtph_ps(scales8_q8_0(x[n] + i));
-        for (int j = 0; j < 8; j += 2) {
-            const __m512i at = _mm512_add_epi32(lanes, _mm512_set1_epi32(j));
-            __m512i qw[4], start[4];
-            for (int r = 0; r < R; r++)
-                qw[r] = load_q8_pair(w[r] + i + j), start[r] = minus_128w(qw[r]);
-            for (int n = 0; n < N; n++) {
-                const __m512i xu = _mm512_xor_si512(load_q8_pair(x[n] + i + j), x128);
-                for (int r = 0; r < R; r++) {
-                    const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dw[r], dx[n]));
-                    acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[r], xu, qw[r])),
-                                                _mm512_permutexvar_ps(at, s), acc[r][n]);
-                }
-            }
-        }
-    }
-    for (; i + 2 <= nb; i += 2)
-        for (int n = 0; n < N; n++) {
-            const __m512i xu = _mm512_xor_si512(load_q8_pair(x[n] + i), x128);
-            for (int r = 0; r < R; r++) {
-                const __m512i qw = load_q8_pair(w[r] + i);
-                acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus_128w(qw), xu, qw)),
-                                            scale_pair(w[r][i].d, w[r][i + 1].d, x[n][i].d, x[n][i + 1].d, lanes),
-                                            acc[r][n]);
-            }
-        }
-    for (int n = 0; n < N; n++)
-        for (int r = 0; r < R; r++) {
-            y[n * ldy + r] = _mm512_reduce_add_ps(acc[r][n]);
-            if (i < nb)
-                y[n * ldy + r] += last_block_q8_0(w[r] + i, x[n] + i);
-        }
 }
 
 /* two Q8_0 blocks of x in nibbles_pair_q4_0's order */
@@ -303,96 +213,146 @@ TD_AVX512_VNNI TD_INLINE __m512i minus_8x(__m512i xs)
     return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xs));
 }
 
-TD_AVX512_VNNI TD_INLINE float last_block_q4_0(const block_q4_0 *w, const block_q8_0 *x)
+/* -128 . w of each lane's 4 quants: (x + 128) . w - 128 . w = x . w */
+TD_AVX512_VNNI TD_INLINE __m512i minus_128w(__m512i qw)
 {
-    const __m256i qw = _mm256_sub_epi8(bytes_from_nibbles_32(w->qs), _mm256_set1_epi8(8));
-    const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
-    return hsum_float_8(_mm256_mul_ps(scale_8(w->d, x->d), mul_sum_i8_pairs_vnni(qw, qx)));
+    return _mm512_sub_epi32(_mm512_setzero_si512(),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), qw));
 }
 
-/* the same for Q4_0 rows: the nibbles are the unsigned side, the x side of each pair (its quants
-   in the nibbles' order, -8 . x) is made once for the R rows */
-TD_AVX512_VNNI TD_INLINE void dot_tile_q4_0(const int R, const int N, int64_t k, const char *vw, int64_t row_bytes,
-                                            const char *vx, int64_t x_bytes, float *y, int64_t ldy)
+/* The int8 tiles: R weight rows (1 or 4) by N x rows (1 to 4) of Q8_0 or Q4_0 (q4) weights at
+   once, each pair of weight blocks and each pair of x blocks made ready once for the whole tile,
+   so a few rows of x (a batch of decoding sequences) pass the weights for little more than one.
+   vpdpbusd multiplies unsigned bytes by signed ones: Q8_0 takes x + 128 as the unsigned side and
+   starts each sum at -128 . w; Q4_0's nibbles are unsigned as they are, x (in their order) the
+   signed side, each sum started at -8 . x. Two blocks a step in one zmm, eight blocks' scales at
+   a time; the pairs past the last 8 with their scales one by one, an odd last block as AVX2 does.
+   The lanes of a pair's scale follow its dot product's. Each (row, x row) sum runs in the same
+   order whatever R and N are: the same result to the bit as vec_dot. */
+struct pair_side {
+    __m512i q, start; /* the pair's bytes for vpdpbusd; where its sums start (the other side's -8 . x
+                         or this side's -128 . w) */
+};
+
+TD_AVX512_VNNI TD_INLINE struct pair_side w_pair(const int q4, const char *w, int64_t i)
 {
-    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-    const block_q4_0 *w[4];
+    if (q4)
+        return (struct pair_side){nibbles_pair_q4_0((const block_q4_0 *)w + i), _mm512_setzero_si512()};
+    const __m512i qw = load_q8_pair((const block_q8_0 *)w + i);
+    return (struct pair_side){qw, minus_128w(qw)};
+}
+
+TD_AVX512_VNNI TD_INLINE struct pair_side x_pair(const int q4, const block_q8_0 *x)
+{
+    if (q4) {
+        const __m512i xs = x_pair_q4_0(x);
+        return (struct pair_side){xs, minus_8x(xs)};
+    }
+    return (struct pair_side){_mm512_xor_si512(load_q8_pair(x), _mm512_set1_epi8((char)0x80)), _mm512_setzero_si512()};
+}
+
+/* the pair's exact int32 sums, as floats */
+TD_AVX512_VNNI TD_INLINE __m512 pair_dot(const int q4, struct pair_side w, struct pair_side x)
+{
+    return _mm512_cvtepi32_ps(q4 ? _mm512_dpbusd_epi32(x.start, w.q, x.q) : _mm512_dpbusd_epi32(w.start, x.q, w.q));
+}
+
+TD_AVX512_VNNI TD_INLINE td_fp16_t block_d(const int q4, const char *w, int64_t i) /* a weight block's scale */
+{
+    return q4 ? ((const block_q4_0 *)w)[i].d : ((const block_q8_0 *)w)[i].d;
+}
+
+/* an odd last block, as AVX2 does it, with vpdpbusd */
+TD_AVX512_VNNI TD_INLINE float last_block(const int q4, const char *w, int64_t i, const block_q8_0 *x)
+{
+    const __m256i qw = q4 ? _mm256_sub_epi8(bytes_from_nibbles_32(((const block_q4_0 *)w)[i].qs), _mm256_set1_epi8(8))
+                          : _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)w)[i].qs);
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+    return hsum_float_8(_mm256_mul_ps(scale_8(block_d(q4, w, i), x->d), mul_sum_i8_pairs_vnni(qw, qx)));
+}
+
+TD_AVX512_VNNI TD_INLINE void dot_tile(const int q4, const int R, const int N, int64_t k, const char *vw,
+                                       int64_t row_bytes, const char *vx, int64_t x_bytes, float *y, int64_t ldy)
+{
+    const __m512i lanes = q4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+                             : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const char *w[4];
     const block_q8_0 *x[4];
     __m512 acc[4][4];
     for (int r = 0; r < R; r++)
-        w[r] = (const block_q4_0 *)(vw + r * row_bytes);
+        w[r] = vw + r * row_bytes;
     for (int n = 0; n < N; n++) {
         x[n] = (const block_q8_0 *)(vx + n * x_bytes);
         for (int r = 0; r < R; r++)
             acc[r][n] = _mm512_setzero_ps();
     }
-    int64_t nb = k / QK4_0, i = 0;
+    int64_t nb = k / QK8_0, i = 0;
     for (; i + 8 <= nb; i += 8) {
         __m256 dw[4], dx[4];
         for (int r = 0; r < R; r++)
-            dw[r] = _mm256_cvtph_ps(scales8_q4_0(w[r] + i));
+            dw[r] = _mm256_cvtph_ps(q4 ? scales8_q4_0((const block_q4_0 *)w[r] + i)
+                                       : scales8_q8_0((const block_q8_0 *)w[r] + i));
         for (int n = 0; n < N; n++)
             dx[n] = _mm256_cvtph_ps(scales8_q8_0(x[n] + i));
         for (int j = 0; j < 8; j += 2) {
             const __m512i at = _mm512_add_epi32(lanes, _mm512_set1_epi32(j));
-            __m512i nib[4];
+            struct pair_side ws[4];
             for (int r = 0; r < R; r++)
-                nib[r] = nibbles_pair_q4_0(w[r] + i + j);
+                ws[r] = w_pair(q4, w[r], i + j);
             for (int n = 0; n < N; n++) {
-                const __m512i xs = x_pair_q4_0(x[n] + i + j), minus8x = minus_8x(xs);
+                const struct pair_side xs = x_pair(q4, x[n] + i + j);
                 for (int r = 0; r < R; r++) {
                     const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dw[r], dx[n]));
-                    acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus8x, nib[r], xs)),
-                                                _mm512_permutexvar_ps(at, s), acc[r][n]);
+                    acc[r][n] = _mm512_fmadd_ps(pair_dot(q4, ws[r], xs), _mm512_permutexvar_ps(at, s), acc[r][n]);
                 }
             }
         }
     }
     for (; i + 2 <= nb; i += 2)
         for (int n = 0; n < N; n++) {
-            const __m512i xs = x_pair_q4_0(x[n] + i), minus8x = minus_8x(xs);
+            const struct pair_side xs = x_pair(q4, x[n] + i);
             for (int r = 0; r < R; r++)
-                acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(minus8x, nibbles_pair_q4_0(w[r] + i), xs)),
-                                            scale_pair(w[r][i].d, w[r][i + 1].d, x[n][i].d, x[n][i + 1].d, lanes),
-                                            acc[r][n]);
+                acc[r][n] = _mm512_fmadd_ps(pair_dot(q4, w_pair(q4, w[r], i), xs),
+                                            scale_pair(block_d(q4, w[r], i), block_d(q4, w[r], i + 1), x[n][i].d,
+                                                       x[n][i + 1].d, lanes), acc[r][n]);
         }
     for (int n = 0; n < N; n++)
         for (int r = 0; r < R; r++) {
             y[n * ldy + r] = _mm512_reduce_add_ps(acc[r][n]);
             if (i < nb)
-                y[n * ldy + r] += last_block_q4_0(w[r] + i, x[n] + i);
+                y[n * ldy + r] += last_block(q4, w[r], i, x[n] + i);
         }
 }
 
 TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_avx512(int64_t k, const void *w, const void *x)
 {
     float y;
-    dot_tile_q8_0(1, 1, k, w, 0, x, 0, &y, 1);
+    dot_tile(0, 1, 1, k, w, 0, x, 0, &y, 1);
     return y;
 }
 
 TD_AVX512_VNNI static float vec_dot_q4_0_q8_0_avx512(int64_t k, const void *w, const void *x)
 {
     float y;
-    dot_tile_q4_0(1, 1, k, w, 0, x, 0, &y, 1);
+    dot_tile(1, 1, 1, k, w, 0, x, 0, &y, 1);
     return y;
 }
 
 /* the tiles of four weight rows, with N a constant in each */
-#define DOT_4XN(type)                                                                                          \
+#define DOT_4XN(type, q4)                                                                                      \
     TD_AVX512_VNNI static void vec_dot_4xn_##type##_q8_0_avx512(int64_t k, const void *w, int64_t row_bytes,  \
                                                                 const void *x, int64_t x_bytes, int nx,       \
                                                                 float *y, int64_t ldy)                        \
     {                                                                                                          \
         switch (nx) {                                                                                          \
-        case 1: dot_tile_##type(4, 1, k, w, row_bytes, x, x_bytes, y, ldy); break;                            \
-        case 2: dot_tile_##type(4, 2, k, w, row_bytes, x, x_bytes, y, ldy); break;                            \
-        case 3: dot_tile_##type(4, 3, k, w, row_bytes, x, x_bytes, y, ldy); break;                            \
-        default: dot_tile_##type(4, 4, k, w, row_bytes, x, x_bytes, y, ldy); break;                           \
+        case 1: dot_tile(q4, 4, 1, k, w, row_bytes, x, x_bytes, y, ldy); break;                               \
+        case 2: dot_tile(q4, 4, 2, k, w, row_bytes, x, x_bytes, y, ldy); break;                               \
+        case 3: dot_tile(q4, 4, 3, k, w, row_bytes, x, x_bytes, y, ldy); break;                               \
+        default: dot_tile(q4, 4, 4, k, w, row_bytes, x, x_bytes, y, ldy); break;                              \
         }                                                                                                      \
     }
-DOT_4XN(q8_0)
-DOT_4XN(q4_0)
+DOT_4XN(q8_0, 0)
+DOT_4XN(q4_0, 1)
 #undef DOT_4XN
 
 /* the extension each AVX-512 entry needs; without it the AVX2 entry is used */
