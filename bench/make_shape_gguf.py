@@ -16,8 +16,8 @@ import tempfile
 
 from tinydiff.convert import convert
 from tinydiff.engine.weights import HF_NAMES, random_weights
-from tinydiff.formats.safetensors import save_safetensors
 from tinydiff.formats.pretokenizer import BYTE_TO_CHAR
+from tinydiff.formats.safetensors import save_safetensors
 from tinydiff.measure.shapes import SHAPES, shape_config
 
 
