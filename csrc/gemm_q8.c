@@ -30,7 +30,7 @@ struct gq {
     int64_t chunk, nchunks; /* x rows per task (a multiple of MR); tasks per panel */
     block_q8_0 *xq;        /* [n][nb] x quantized */
     float *xd;             /* [n][nb] each x block's scale in f32 */
-    int32_t *xs;           /* [n][nb] the sum of each x block's quants */
+    int32_t *start;        /* [n][nb] where each x block's int32 sums start: -offset * its quants' sum */
 };
 
 /* tasks [b, e) = x rows */
@@ -45,7 +45,7 @@ static void quantize_x(void *ctx, int64_t b, int64_t e)
             for (int q = 0; q < QK8_0; q++)
                 s += a->xq[j].qs[q];
             a->xd[j] = fp16_to_fp32(a->xq[j].d);
-            a->xs[j] = s;
+            a->start[j] = -(a->type == TD_Q8_0 ? 128 : 8) * s;
         }
     }
 }
@@ -153,7 +153,7 @@ TD_AVX512_VNNI static void pack_panel(const struct gq *a, int64_t j0, int64_t co
 /* y[0:rows, 0:NR] (+)= x rows i.. times the packed panel (blocks b0..b0+nbk). Past `rows` the
    tile repeats the last row (computed, not stored), so one compiled tile serves every edge. */
 TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, int64_t b0, int64_t nbk,
-                                   const uint8_t *wq, const float *wd, float *y, int64_t ldy, int add, int32_t offset)
+                                   const uint8_t *wq, const float *wd, float *y, int64_t ldy, int add)
 {
     __m512 acc[MR][2];
     int64_t xrow[MR]; /* block index of each tile row's block b0 */
@@ -165,7 +165,7 @@ TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, 
         __m512i s[MR][2];
         const int8_t *xq[MR]; /* the tile rows' quants of block b */
         for (int r = 0; r < MR; r++) {
-            s[r][0] = s[r][1] = _mm512_set1_epi32(-offset * a->xs[xrow[r] + b]);
+            s[r][0] = s[r][1] = _mm512_set1_epi32(a->start[xrow[r] + b]); /* a load, not a multiply */
             xq[r] = a->xq[xrow[r] + b].qs;
         }
         for (int g = 0; g < 8; g++) {
@@ -224,7 +224,6 @@ TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
     uint8_t wq[KB * 8 * NR * 4] __attribute__((aligned(64))); /* [KB][8][NR][4] packed panel */
     float wd[KB * NR] __attribute__((aligned(64)));           /* [KB][NR] its scales */
     float yt[MR * NR];                                        /* [MR][NR] a tile cut by the last panel */
-    const int32_t offset = a->type == TD_Q8_0 ? 128 : 8;
     for (int64_t t = b; t < e; t++) {
         int64_t j0 = t / a->nchunks * NR, cols = a->m - j0 < NR ? a->m - j0 : NR;
         int64_t i0 = t % a->nchunks * a->chunk, i1 = i0 + a->chunk < a->n ? i0 + a->chunk : a->n;
@@ -236,12 +235,12 @@ TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
                 int64_t rows = i1 - i < MR ? i1 - i : MR;
                 float *y = a->y + i * a->m + j0;
                 if (cols == NR) {
-                    tile(a, i, rows, b0, nbk, wq, wd, y, a->m, b0 > 0, offset);
+                    tile(a, i, rows, b0, nbk, wq, wd, y, a->m, b0 > 0);
                     continue;
                 }
                 for (int64_t r = 0; r < rows && b0 > 0; r++)
                     memcpy(yt + r * NR, y + r * a->m, sizeof(float) * cols);
-                tile(a, i, rows, b0, nbk, wq, wd, yt, NR, b0 > 0, offset);
+                tile(a, i, rows, b0, nbk, wq, wd, yt, NR, b0 > 0);
                 for (int64_t r = 0; r < rows; r++)
                     memcpy(y + r * a->m, yt + r * NR, sizeof(float) * cols);
             }
@@ -286,7 +285,7 @@ int td_gemm_q8_vnni(enum td_type type, const float *x, int64_t n, int64_t k, int
         struct gq *a = &s.a[j];
         *a = (struct gq){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nb = nb, .type = type,
                          .xq = (block_q8_0 *)scratch, .xd = (float *)(scratch + xq_bytes)};
-        a->xs = (int32_t *)(a->xd + n * nb);
+        a->start = (int32_t *)(a->xd + n * nb);
         /* enough tasks to keep every thread busy: split x rows too when there are few weight
            panels, unless there are few x rows (a decoding batch), whose tiles are cheap next to
            the packing each chunk would repeat */
