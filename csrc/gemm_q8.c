@@ -18,7 +18,8 @@
 
 #if defined(__x86_64__)
 #define NR 32 /* weight rows per panel: two zmm of int32 lanes */
-#define MR 4  /* x rows per tile: 2*MR int32 sums and 2*MR f32 sums in registers; 4, not 6: a batch of 8 decoding sequences is two whole tiles (6 wasted a third of the work) */
+#define MR 4  /* x rows per tile: 2*MR int32 sums and 2*MR f32 sums in registers; 4, not 6: a batch
+                 of 8 decoding sequences is two whole tiles (6 wasted a third of the work) */
 #define KB 8  /* blocks per panel (256 numbers): 8 KiB of packed bytes, L1-sized */
 
 struct gq {
@@ -32,6 +33,12 @@ struct gq {
     float *xd;             /* [n][nb] each x block's scale in f32 */
     int32_t *start;        /* [n][nb] where each x block's int32 sums start: -offset * its quants' sum */
 };
+
+/* the bytes of one weight block */
+static int64_t block_bytes(const struct gq *a)
+{
+    return a->type == TD_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+}
 
 /* tasks [b, e) = x rows */
 static void quantize_x(void *ctx, int64_t b, int64_t e)
@@ -111,7 +118,7 @@ TD_AVX512_VNNI TD_INLINE __m512i load4(const char *p, int64_t row_bytes)
 TD_AVX512_VNNI static void pack16(const struct gq *a, int64_t j0, int64_t c0, int64_t b0, int64_t nbk, uint8_t *wq,
                                   float *wd)
 {
-    const int64_t bytes = a->type == TD_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0), row_bytes = a->nb * bytes;
+    const int64_t bytes = block_bytes(a), row_bytes = a->nb * bytes;
     const __m512i low = _mm512_set1_epi8(15), x80 = _mm512_set1_epi8((char)0x80);
     const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)row_bytes));
@@ -204,7 +211,7 @@ TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, 
 #define AHEAD 2
 static void prefetch_ahead(const struct gq *a, int64_t t, int64_t b0, int64_t e)
 {
-    const int64_t bytes = a->type == TD_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0), row_bytes = a->nb * bytes;
+    const int64_t bytes = block_bytes(a), row_bytes = a->nb * bytes;
     const int64_t per_row = (a->nb + KB - 1) / KB; /* panels of KB blocks a row */
     int64_t step = b0 / KB + AHEAD;
     t += step / per_row, b0 = step % per_row * KB;
@@ -248,11 +255,9 @@ TD_AVX512_VNNI static void gemm_range(void *ctx, int64_t b, int64_t e)
     }
 }
 
-#define GEMMS_MAX 4 /* weights in one job (td_matmuls' MATMULS_MAX) */
-
 struct gqs {
-    struct gq a[GEMMS_MAX];
-    int64_t first[GEMMS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
+    struct gq a[TD_MATMULS_MAX];
+    int64_t first[TD_MATMULS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
     int64_t nw;
 };
 
@@ -260,12 +265,7 @@ struct gqs {
 TD_AVX512_VNNI static void gemms_range(void *ctx, int64_t b, int64_t e)
 {
     struct gqs *s = ctx;
-    for (int64_t j = 0; j < s->nw && b < e; j++)
-        if (b < s->first[j + 1]) {
-            int64_t end = e < s->first[j + 1] ? e : s->first[j + 1];
-            gemm_range(&s->a[j], b - s->first[j], end - s->first[j]);
-            b = end;
-        }
+    td_run_end_to_end(gemm_range, s->a, sizeof s->a[0], s->first, s->nw, b, e);
 }
 
 int td_gemm_q8_vnni(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
@@ -273,7 +273,7 @@ int td_gemm_q8_vnni(enum td_type type, const float *x, int64_t n, int64_t k, int
 {
     struct gqs s = {.nw = nw};
     const int64_t nb = k / QK8_0, xq_bytes = (n * nb * (int64_t)sizeof(block_q8_0) + 63) / 64 * 64;
-    if (nw > GEMMS_MAX)
+    if (nw > TD_MATMULS_MAX)
         return -1;
     td_pool_enter();
     char *scratch = td_scratch(xq_bytes + n * nb * 8);

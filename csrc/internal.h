@@ -34,6 +34,21 @@ extern int td_simd_ext; /* TD_EXT_* bits: what the CPU has beyond AVX512F, or NE
 typedef void (*td_range_fn)(void *ctx, int64_t begin, int64_t end);
 void td_parallel_for(td_range_fn fn, void *ctx, int64_t ntasks, double cost);
 
+/* Several jobs' tasks laid end to end, as one job (the matmuls of one x, td_matmuls): job j's
+   tasks are [first[j], first[j+1]); tasks [b, e) run as fn on each job's part, jobs[j] being
+   item_size bytes after jobs[j-1]. */
+TD_INLINE void td_run_end_to_end(td_range_fn fn, void *jobs, size_t item_size, const int64_t *first, int64_t nw,
+                                 int64_t b, int64_t e)
+{
+    for (int64_t j = 0; j < nw && b < e; j++)
+        if (b < first[j + 1]) {
+            int64_t end = e < first[j + 1] ? e : first[j + 1];
+            fn((char *)jobs + j * item_size, b - first[j], end - first[j]);
+            b = end;
+        }
+}
+#define TD_MATMULS_MAX 4 /* weights in one job of td_matmuls; it does more in groups */
+
 /* A kernel that runs several jobs in a row or keeps scratch memory between them holds the pool:
    td_pool_enter(), then any number of td_parallel_run (td_parallel_for without the locking) and
    td_scratch calls, then td_pool_leave(). td_scratch(bytes) is the pool's one grow-only buffer, 64-byte

@@ -17,9 +17,9 @@
    product wants. Few x rows: each weight row is dotted with every converted x row by the type's
    vec_dot, reading the weights once in their own type; where the type has a tile (Q8_0 and Q4_0
    on AVX2 and AVX512_VNNI), 4 weight rows by up to 4 x rows at once, each weight block made ready
-   once for all the x rows and each x block once for the 4 weight rows. Many x rows: Q8_0 and Q4_0 run an int8 GEMM on AVX512_VNNI
-   (gemm_q8.c); otherwise the converted x is widened back to f32 and the f32
-   GEMM above runs, each weight panel widened to f32 just before it is packed.
+   once for all the x rows and each x block once for the 4 weight rows. Many x rows: Q8_0 and
+   Q4_0 run an int8 GEMM on AVX512_VNNI (gemm_q8.c); otherwise the converted x is widened back to
+   f32 and the f32 GEMM above runs, each weight panel widened to f32 just before it is packed.
 
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
    and the row tasks of all the weights make one job, one thread-pool round trip. */
@@ -241,25 +241,18 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
     return 0;
 }
 
-#define MATMULS_MAX 4 /* weights in one fused job; td_matmuls does more in groups */
-
 struct mms {
-    struct mm a[MATMULS_MAX];
-    int64_t first[MATMULS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
+    struct mm a[TD_MATMULS_MAX];
+    int64_t first[TD_MATMULS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
     int64_t nw;
-    td_range_fn rows;               /* the few-rows kernel of the weights' type */
+    td_range_fn rows;                  /* the few-rows kernel of the weights' type */
 };
 
 /* tasks [b, e) of the weights' row tasks laid end to end: each part run on its own weight */
 static void matmuls_rows(void *ctx, int64_t b, int64_t e)
 {
     struct mms *s = ctx;
-    for (int64_t j = 0; j < s->nw && b < e; j++)
-        if (b < s->first[j + 1]) {
-            int64_t end = e < s->first[j + 1] ? e : s->first[j + 1];
-            s->rows(&s->a[j], b - s->first[j], end - s->first[j]);
-            b = end;
-        }
+    td_run_end_to_end(s->rows, s->a, sizeof s->a[0], s->first, s->nw, b, e);
 }
 
 /* y[n,m] (+)= x @ w^T on the many-rows paths. Accumulating goes through a temporary so that y is
@@ -283,7 +276,7 @@ static int matmul_one(enum td_type type, const float *x, const void *w, float *y
     return r;
 }
 
-/* td_matmuls for up to MATMULS_MAX weights of one type */
+/* td_matmuls for up to TD_MATMULS_MAX weights of one type */
 static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws,
                            float **ys, const int64_t *ms, int accumulate)
 {
@@ -326,13 +319,13 @@ int td_matmuls(const enum td_type *types, const float *x, int64_t n, int64_t k, 
             i++;
         if (i < j)
             continue;
-        void *w[MATMULS_MAX];        /* the weights of this type, in order, MATMULS_MAX at a time */
-        float *y[MATMULS_MAX];
-        int64_t m[MATMULS_MAX], count = 0;
+        void *w[TD_MATMULS_MAX];        /* the weights of this type, in order, TD_MATMULS_MAX at a time */
+        float *y[TD_MATMULS_MAX];
+        int64_t m[TD_MATMULS_MAX], count = 0;
         for (i = j; i < nw; i++) {
             if (types[i] == types[j])
                 w[count] = ws[i], y[count] = ys[i], m[count++] = ms[i];
-            if (count == MATMULS_MAX || (i == nw - 1 && count)) {
+            if (count == TD_MATMULS_MAX || (i == nw - 1 && count)) {
                 if (matmuls_of_type(types[j], x, n, k, count, w, y, m, accumulate))
                     return -1;
                 count = 0;

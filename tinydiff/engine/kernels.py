@@ -531,14 +531,16 @@ def simd_from_env():
 
 
 def _simd_at_import():
-    """simd_from_env(), if it is good: importing never fails on it (tinydiff.load reports it)."""
+    """Runs simd_from_env()'s path if it names a good one: importing never fails on it
+    (tinydiff.load reports it)."""
     try:
-        return simd_from_env()
+        level = simd_from_env()
     except UsageError:
-        return None
+        return
+    if level:
+        _set_simd(level)
 
 
 set_threads(_threads_at_import())
 BEST_SIMD = simd()                  # this CPU's best path, before TINYDIFF_SIMD
-if _simd_at_import():
-    _set_simd(_simd_at_import())
+_simd_at_import()

@@ -305,32 +305,31 @@ class Transformer:
             K.silu_mul(gate, up, out=gate, op="mlp")                    # [N, f]
             K.matmul(gate, lw.down_proj, out=x, op="mlp", residual=True)  # x += [N, d]
 
-        if out_rows is not None:
-            x = x[out_rows]                                             # [rows, d] those wanted
-        elif last_only:
-            x = x[ends - 1]                                             # [B, d] each sequence's last row
-        out = K.rmsnorm(x, w.norm, eps, op="norm")                      # [N, B or rows, d]
-        return K.matmul(out, w.lm_head, op="lm_head")                   # [N, B or rows, V]
+        return self.logits(x, seqs, last_only, out_rows)
 
     def decode(self, seqs, state, mask=CAUSAL, last_only=False, out_rows=None):
         """layers() for passes of up to kernels.MAX_LAYER_ROWS rows, each layer one C call
         (csrc/layer.c: the loop body above, kernel for kernel): a decode step of one sequence or a
         batch, a prompt, a block of block diffusion, canvases. Returns what layers returns."""
         run, w, n = state.decode, self.weights, seqs.rows
-        paged = isinstance(state.cache, PagedKVCache)
         c_seqs = K.DecodeSeqs(run, seqs.slots, seqs.starts, seqs.lens, seqs.kv_lens,
-                              state.cache.tables if paged else None)
+                              state.cache.tables if run.paged else None)
         x = state.buf.x[:n]                                             # [n, d] residual stream
         ledger.begin_pass(tokens=n)
         K.embedding(w.embed_tokens, seqs.ids, out=x)                    # [n, d]
         for l, layer in enumerate(self.decode_layers):
             K.decode_layer(layer, run, l, c_seqs, mask)                 # x += layer l  [n, d]
+        return self.logits(x, seqs, last_only, out_rows)
+
+    def logits(self, x, seqs, last_only, out_rows):
+        """The pass's end: the final norm and the LM head on the rows of x [N, d] wanted (out_rows,
+        or each sequence's last with last_only, or all). Returns [N, B or rows, V]."""
         if out_rows is not None:
-            x = x[out_rows]                                             # [rows, d]
+            x = x[out_rows]                                             # [rows, d] those wanted
         elif last_only:
             x = x[seqs.ends - 1]                                        # [B, d] each sequence's last row
-        out = K.rmsnorm(x, w.norm, self.config.rms_norm_eps, op="norm") # [n, B or rows, d]
-        return K.matmul(out, w.lm_head, op="lm_head")                   # [n, B or rows, V]
+        out = K.rmsnorm(x, self.weights.norm, self.config.rms_norm_eps, op="norm")   # [N, B or rows, d]
+        return K.matmul(out, self.weights.lm_head, op="lm_head")        # [N, B or rows, V]
 
     def canvas_logits(self, canvas, state, start=0, end=None, want=None):
         """Bidirectional logits [B, end-start, V] for canvas [B, L] positions start..end-1.
