@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 
-from tinydiff.convert import convert
+from tinydiff.convert import FILE_TYPES, convert
 from tinydiff.engine.weights import HF_NAMES, random_weights
 from tinydiff.formats.pretokenizer import BYTE_TO_CHAR
 from tinydiff.formats.safetensors import save_safetensors
@@ -68,10 +68,13 @@ def main(argv=None):
     p.add_argument("--type", default="f32,q8_0,q4_0", help="comma list of convert's types")
     p.add_argument("--out", required=True, help="folder for the .gguf files")
     args = p.parse_args(argv)
+    types = args.type.split(",")
+    if any(t not in FILE_TYPES for t in types):
+        p.error(f"--type: {args.type!r} is not a comma list of {', '.join(FILE_TYPES)}")
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         hf_folder(args.shape, folder)
-        for wtype in args.type.split(","):
+        for wtype in types:
             out = os.path.join(args.out, f"{args.shape.replace('/', '-')}-{wtype}.gguf")
             convert(folder, out, wtype)
             print(out)
