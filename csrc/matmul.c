@@ -129,12 +129,31 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
     td_parallel_for(kern->gemm, &a, ntasks, 2.0 * kern->nr * k * a.chunk);
 }
 
+/* interleaved weights (tt->rows 8), few x rows: weight rows [j0, j1), whole groups, by every x row */
+static void matmul_groups_typed(const struct mm *a, int64_t j0, int64_t j1)
+{
+    float s[GEMM_MIN_ROWS * ROWS_PER_TASK]; /* [x row][weight row j0..j1): fewer than GEMM_MIN_ROWS x rows */
+    const int64_t rows = j1 - j0;
+    a->tt->vec_dot_8xn(a->k, (const char *)a->w + j0 * a->row_bytes, rows / 8, 8 * a->row_bytes, a->xc,
+                       a->xc_bytes, a->n, s, rows);
+    for (int64_t i = 0; i < a->n; i++)
+        for (int64_t r = 0; r < rows; r++) {
+            float *y = a->y + i * a->m + j0 + r;
+            *y = a->acc ? *y + s[i * rows + r] : s[i * rows + r];
+        }
+}
+
 /* typed weights, few x rows: tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e), in
    tiles of 4 weight rows by up to 4 x rows where the type has them, else a row by a row */
 static void matmul_rows_typed(void *ctx, int64_t b, int64_t e)
 {
     const struct mm *a = ctx;
     int64_t j1 = e * ROWS_PER_TASK < a->m ? e * ROWS_PER_TASK : a->m;
+    if (a->tt->rows > 1) { /* interleaved: groups of 8 rows, ROWS_PER_TASK a multiple of 8 */
+        for (int64_t j = b * ROWS_PER_TASK; j < j1; j += ROWS_PER_TASK)
+            matmul_groups_typed(a, j, j + ROWS_PER_TASK < j1 ? j + ROWS_PER_TASK : j1);
+        return;
+    }
     for (int64_t j = b * ROWS_PER_TASK; j < j1;) {
         const int rows = a->tt->vec_dot_4xn && j + 4 <= j1 ? 4 : 1;
         const char *w = (const char *)a->w + j * a->row_bytes;

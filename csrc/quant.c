@@ -16,6 +16,42 @@
    quant_isa.h's table is the same for every instruction set. */
 #include <math.h>
 #include "quant.h"
+
+/* ---- Q4_0X8 (quant.h): the readable kernels, for every instruction set without its own ---- */
+
+/* row `lane`'s quant j (0..31) of a group's block, nibble - 8 */
+TD_INLINE int q4_0x8_quant(const block_q4_0x8 *b, int lane, int j)
+{
+    const uint8_t byte = b->qs[32 * (j % 16 / 4) + 4 * lane + j % 4];
+    return (j < 16 ? byte & 15 : byte >> 4) - 8;
+}
+
+static void q4_0x8_to_float_lane(const void *w, int lane, float *y, int64_t k)
+{
+    const block_q4_0x8 *b = w;
+    for (int64_t i = 0; i < k / QK4_0; i++)
+        for (int j = 0; j < QK4_0; j++)
+            y[i * QK4_0 + j] = fp16_to_fp32(b[i].d[lane]) * (float)q4_0x8_quant(&b[i], lane, j);
+}
+
+static void vec_dot_8xn_q4_0x8_q8_0_ref(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
+                                        const void *x, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < nx; i++)
+        for (int64_t g = 0; g < ngroups; g++)
+            for (int r = 0; r < 8; r++) {
+                const block_q4_0x8 *wb = (const block_q4_0x8 *)((const char *)w + g * group_bytes);
+                const block_q8_0 *xb = (const block_q8_0 *)((const char *)x + i * x_bytes);
+                float acc = 0.0f;
+                for (int64_t b = 0; b < k / QK4_0; b++) {
+                    int sumi = 0;
+                    for (int j = 0; j < QK4_0; j++)
+                        sumi += q4_0x8_quant(&wb[b], r, j) * xb[b].qs[j];
+                    acc = fmaf((float)sumi, fp16_to_fp32(wb[b].d[r]) * fp16_to_fp32(xb[b].d), acc);
+                }
+                y[i * ldy + 8 * g + r] = acc;
+            }
+}
 #if defined(__x86_64__)
 /* ---- x86 pieces: AVX2's block dot product, and the extension kernels' odd last block ---- */
 
@@ -109,6 +145,63 @@ TD_AVX2 TD_INLINE void dot_tile_avx2(const int q4, const int N, int64_t k, const
 DOT_4XN_AVX2(q8_0, 0)
 DOT_4XN_AVX2(q4_0, 1)
 #undef DOT_4XN_AVX2
+
+/* 32 bits of x (4 quants) in all 8 lanes */
+TD_AVX2 TD_INLINE __m256i broadcast4(const int8_t *x)
+{
+    int32_t four;
+    memcpy(&four, x, 4);
+    return _mm256_set1_epi32(four);
+}
+
+/* 8 * (the sum of an x block's 32 quants), in all 8 lanes */
+TD_AVX2 TD_INLINE __m256i sum8_q8_0(const int8_t *x)
+{
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)x));
+    __m256i s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    s = _mm256_add_epi32(s, _mm256_permute2x128_si256(s, s, 1));
+    s = _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0x4E));
+    return _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0xB1));
+}
+
+/* Q4_0X8 on AVX2: the nibbles of the 8 rows (0..15, maddubs' unsigned side) by 4 x quants
+   broadcast to every lane, 8 maddubs a block summed in int16 (at most 8 x 2 x 15 x 127 = 30480:
+   no overflow), one madd to int32, minus 8 x sum(x): lane r holds row r's exact block dot product;
+   then one fma a block for the 8 rows, as vec_dot_8xn_q4_0x8_q8_0_ref does for each. */
+TD_AVX2 static void vec_dot_8xn_q4_0x8_q8_0_avx2(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
+                                                 const void *vx, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < nx; i++) {
+        const block_q8_0 *x = (const block_q8_0 *)((const char *)vx + i * x_bytes);
+        for (int64_t g = 0; g < ngroups; g++) {
+            const block_q4_0x8 *wb = (const block_q4_0x8 *)((const char *)w + g * group_bytes);
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t b = 0; b < k / QK4_0; b++) {
+                __m256i s[2];
+                for (int h = 0; h < 4; h += 2) { /* two chains of int16 sums */
+                    const __m256i q0 = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * h));
+                    const __m256i q1 = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * h + 32));
+                    const __m256i lo = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(_mm256_and_si256(q0, m4), broadcast4(x[b].qs + 4 * h)),
+                        _mm256_maddubs_epi16(_mm256_and_si256(q1, m4), broadcast4(x[b].qs + 4 * h + 4)));
+                    const __m256i hi = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                                             broadcast4(x[b].qs + 16 + 4 * h)),
+                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                             broadcast4(x[b].qs + 16 + 4 * h + 4)));
+                    s[h / 2] = _mm256_add_epi16(lo, hi);
+                }
+                const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones),
+                                                     sum8_q8_0(x[b].qs));
+                const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb[b].d)),
+                                               _mm256_set1_ps(_cvtsh_ss(x[b].d)));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, acc);
+            }
+            _mm256_storeu_ps(y + i * ldy + 8 * g, acc);
+        }
+    }
+}
 
 /* ---- the exception: AVX-512 dot products that need AVX512_BF16 or AVX512_VNNI ---- */
 
@@ -424,6 +517,15 @@ const struct type_traits *td_type_traits(enum td_type type)
     return &(*TD_PICK(type_traits))[type];
 }
 
+int td_interleave_q4_0(void)
+{
+#if defined(__x86_64__)
+    return td_simd == TD_SIMD_AVX2; /* measured there (bench/README.md); AVX-512 keeps its VNNI tiles */
+#else
+    return 0;
+#endif
+}
+
 int td_rows_to_f32(enum td_type type, const void *w, int64_t m, int64_t k, const int64_t *rows, int64_t n, float *y)
 {
     const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
@@ -432,11 +534,10 @@ int td_rows_to_f32(enum td_type type, const void *w, int64_t m, int64_t k, const
         if (rows[i] < 0 || rows[i] >= m)
             return -1;
     for (int64_t i = 0; i < n; i++) {
-        const char *row = (const char *)w + rows[i] * row_bytes;
         if (tt)
-            tt->to_float(row, y + i * k, k);
+            td_row_to_float(tt, w, row_bytes, rows[i], 0, k, y + i * k);
         else
-            memcpy(y + i * k, row, (size_t)row_bytes);
+            memcpy(y + i * k, (const char *)w + rows[i] * row_bytes, (size_t)row_bytes);
     }
     return 0;
 }

@@ -30,7 +30,19 @@ typedef struct {
                               weight = d * (nibble - 8) */
 } block_q4_0;              /* 18 bytes: 4.5 bits a weight */
 
+/* Q4_0X8: Q4_0 repacked at load (never stored in a file), block b of 8 rows side by side, so that
+   one 256-bit load holds 4 quants of each of the 8 rows and the dot products of the 8 rows come out
+   in the 8 lanes of one register: no sum across lanes, and one scale conversion for 8 rows. The
+   bytes are Q4_0's own, moved 4 at a time (llama.cpp's block_q4_0x8 does the same for its AVX2
+   GEMV, in another order). Weight row 8g + r of a matrix is row r of group g; w[m/8][k/32]. */
+typedef struct {
+    td_fp16_t d[8];  /* row r's block scale, as its block_q4_0.d */
+    uint8_t qs[128]; /* run h = 0..3 of 32 bytes: bytes 4r..4r+3 are row r's qs[4h..4h+3], that is
+                        weights 4h..4h+3 in the low nibbles and 16+4h..16+4h+3 in the high ones */
+} block_q4_0x8;      /* 144 bytes: 8 x 18 */
+
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match GGUF's 34 bytes");
+_Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "block_q4_0x8 is 8 Q4_0 blocks");
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match GGUF's 18 bytes");
 
 typedef void (*to_float_fn)(const void *w, float *y, int64_t k);      /* y[k] = k numbers of a row */
@@ -40,6 +52,12 @@ typedef void (*vec_dot_4xn_fn)(int64_t k, const void *w, int64_t row_bytes, cons
                                float *y, int64_t ldy);
             /* y[i*ldy + r] = weight row r (row_bytes apart) . x row i (x_bytes apart), for r < 4 and
                i < nx <= 4: as vec_dot gives each, to the bit */
+typedef void (*vec_dot_8xn_fn)(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes, const void *x,
+                               int64_t x_bytes, int64_t nx, float *y, int64_t ldy);
+            /* interleaved types: y[i*ldy + 8g + r] = row r of group g (group_bytes apart) . x row i,
+               for r < 8, g < ngroups, i < nx; per row, the blocks' exact integer dot products scaled
+               and summed in order, one fma a block (ggml's reference order, with the fma) */
+typedef void (*to_float_lane_fn)(const void *w, int lane, float *y, int64_t k); /* row `lane` of a group */
 
 struct type_traits {
     int64_t blck_size, type_size; /* numbers per block and its bytes (1 and 2 for f16, bf16) */
@@ -50,7 +68,24 @@ struct type_traits {
     vec_dot_fn vec_dot;
     vec_dot_4xn_fn vec_dot_4xn;   /* NULL, or a tile of 4 weight rows by up to 4 x rows sharing the
                                      work on each (same results) */
+    int64_t rows;                 /* weight rows a stored unit interleaves: 8 for Q4_0X8 (whose
+                                     blocks are groups: blck_size and type_size say one row's share),
+                                     which has to_float_lane and vec_dot_8xn instead of to_float,
+                                     vec_dot and vec_dot_4xn; else 1 */
+    to_float_lane_fn to_float_lane;
+    vec_dot_8xn_fn vec_dot_8xn;
 };
+
+/* numbers p0..p0+kc of weight row j of w (row_bytes a row) as f32; p0 a multiple of blck_size */
+TD_INLINE void td_row_to_float(const struct type_traits *tt, const void *w, int64_t row_bytes, int64_t j,
+                               int64_t p0, int64_t kc, float *y)
+{
+    const char *unit = (const char *)w + (j - j % tt->rows) * row_bytes + p0 / tt->blck_size * tt->type_size * tt->rows;
+    if (tt->rows == 1)
+        tt->to_float(unit, y, kc);
+    else
+        tt->to_float_lane(unit, (int)(j % tt->rows), y, kc);
+}
 
 /* the functions for the SIMD level in use (and the extensions it may use) */
 const struct type_traits *td_type_traits(enum td_type type);

@@ -295,27 +295,36 @@ TARGET static float ISA(vec_dot_q4_0_q8_0)(int64_t k, const void *vw, const void
 
 /* f32 x (from_float NULL): x_to_float is never needed, the GEMM reads x itself */
 static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
-    [TD_F16] = {.blck_size = 1, .type_size = 2, .to_float = ISA(f16_to_float), .x_blck_size = 1, .x_type_size = 4,
+    [TD_F16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = ISA(f16_to_float), .x_blck_size = 1, .x_type_size = 4,
                 .vec_dot = ISA(vec_dot_f16)},
-    [TD_BF16] = {.blck_size = 1, .type_size = 2, .to_float = ISA(bf16_to_float), .x_blck_size = 1,
+    [TD_BF16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = ISA(bf16_to_float), .x_blck_size = 1,
 #if VL == 16 /* x rounded to bf16 for vdpbf16ps */
                  .from_float = ISA(bf16_from_float), .x_to_float = ISA(bf16_to_float), .x_type_size = 2,
 #else
                  .x_type_size = 4,
 #endif
                  .vec_dot = ISA(vec_dot_bf16)},
-    [TD_Q8_0] = {.blck_size = QK8_0, .type_size = sizeof(block_q8_0), .to_float = ISA(q8_0_to_float),
+    [TD_Q8_0] = {.rows = 1, .blck_size = QK8_0, .type_size = sizeof(block_q8_0), .to_float = ISA(q8_0_to_float),
                  .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
                  .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q8_0_q8_0),
 #if VL >= 8 /* tiles of weight rows by x rows sharing the work on each (quant.c) */
                  .vec_dot_4xn = ISA(vec_dot_4xn_q8_0_q8_0),
 #endif
                 },
-    [TD_Q4_0] = {.blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float = ISA(q4_0_to_float),
+    [TD_Q4_0] = {.rows = 1, .blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float = ISA(q4_0_to_float),
                  .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
                  .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q4_0_q8_0),
 #if VL >= 8
                  .vec_dot_4xn = ISA(vec_dot_4xn_q4_0_q8_0),
 #endif
                 },
+    [TD_Q4_0X8] = {.rows = 8, .blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float_lane = q4_0x8_to_float_lane,
+                   .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
+                   .x_type_size = sizeof(block_q8_0),
+#if VL >= 8 /* quant.c's AVX2 kernel */
+                   .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0_avx2,
+#else
+                   .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0_ref,
+#endif
+                  },
 };

@@ -164,6 +164,8 @@ def test_other_types_store_exactly_what_quant_quantize_makes(name, wtype, conver
             if a is None:
                 continue
             b = getattr(mine, field)
+            if b.dtype == quant.Q4_0X8:     # repacked at load for the AVX2 kernel: the file's Q4_0 inside
+                b = quant.deinterleave_q4_0x8(b)
             want = a if a.ndim == 1 else quant.quantize(a, wtype)
             assert b.dtype == want.dtype and b.tobytes() == want.tobytes(), field
     ids = reference(name)["input_ids"][0]

@@ -239,5 +239,77 @@ def test_embedding_gathers_any_type(name):
         K.embedding(table, ids, read_only)
 
 
+# ---- Q4_0X8 (quant.h): Q4_0 rows interleaved by 8 at load, for the AVX2 decoding kernel ----
+
+def interleaved(w):
+    return quant.interleave_q4_0(quant.quantize(w, "q4_0"))
+
+
+@SETTINGS
+@given(n=N, k=K_BLOCKED, groups=st.integers(1, 9), seed=st.integers(0, 99))
+def test_q4_0x8_within_the_bounds_of_q4_0(level, n, k, groups, seed):
+    """The repacked weights give Q4_0's products within the same tight bound (each block's integer
+    dot product exact, one rounding a block), few rows (its own kernel) and many (the f32 GEMM,
+    each row widened from its group), and added to out as a residual."""
+    x, w = data(seed, n, k), interleaved(data(seed + 1, 8 * groups, k))
+    got = K.matmul(x, w)
+    wd = np.abs(quant.dequantize(w)).astype(np.float64)
+    tight = (k + 4) * U * (np.abs(x_as_seen(x, "q4_0")) @ wd.T) + 1e-30
+    assert got.shape == (n, 8 * groups)
+    assert np.all(np.abs(got - R.matmul_exact(x, w)) <= tight)
+    out = data(seed + 2, n, 8 * groups)
+    want = out + got
+    K.matmul(x, w, out=out, residual=True)
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 15])
+def test_q4_0x8_kernel_is_the_readable_one_bit_for_bit(level, n):
+    """Below the GEMM's rows each SIMD path's Q4_0X8 kernel gives, to the bit, what the plain C one
+    (quant.c, vec_dot_8xn_q4_0x8_q8_0_ref: ggml's reference order with one fma a block) gives, for
+    every row whatever rows came with it; rows 10 and 17 blocks long (the int16 sums' two chains)."""
+    for k in (320, 544):
+        x, w = data(n, n, k), interleaved(data(n + 1, 40, k))
+        got = K.matmul(x, w)
+        alone = np.stack([K.matmul(x[i], w) for i in range(n)])
+        best = K._set_simd("c")
+        try:
+            plain = K.matmul(x, w)
+        finally:
+            K._set_simd(best)
+        np.testing.assert_array_equal(got, plain)
+        np.testing.assert_array_equal(alone, plain)
+
+
+def test_q4_0x8_extremes_do_not_overflow(level):
+    """Every nibble 15 or 0 against x quants of +-127: the kernel's int16 sums at their largest."""
+    w = np.full((8, 64), 7.0, np.float32)
+    w[:, ::2] = -8.0                      # nibbles 15 and 0, scale 1
+    w[4:] *= -1
+    x = np.where(np.arange(64) % 2, 127.0, -127.0).astype(np.float32)[None]
+    q = quant.interleave_q4_0(quant.quantize(w, "q4_0"))
+    np.testing.assert_array_equal(K.matmul(x, q), R.matmul_exact(x, q).astype(np.float32))
+
+
+def test_interleaved_only_where_the_kernel_wants_it(level):
+    """kernels.interleaved repacks a Q4_0 matrix of whole groups on the AVX2 path only."""
+    q = quant.quantize(data(1, 16, 64), "q4_0")
+    want = K.simd() == "avx2"
+    assert (K.interleaved(q).dtype == quant.Q4_0X8) == want
+    assert K.interleaved(q[:12]).dtype == quant.Q4_0            # not whole groups of 8
+    assert K.interleaved(quant.quantize(data(1, 16, 64), "q8_0")).dtype == quant.Q8_0
+    repacked = quant.interleave_q4_0(q)
+    assert K.interleaved(repacked) is repacked
+
+
+def test_embedding_of_a_q4_0x8_table():
+    table = interleaved(data(10, 48, 64))
+    out = np.empty((3, 64), np.float32)
+    K.embedding(table, np.array([47, 0, 9]), out)
+    np.testing.assert_array_equal(out, quant.dequantize(table)[[47, 0, 9]])
+    with pytest.raises(ValueError, match="outside 0..47"):
+        K.embedding(table, np.array([48]), out[:1])
+
+
 def test_simd_extensions():
     assert set(K.simd_extensions()) <= ({"dotprod"} if K.ARM else {"avx512_vnni", "avx512_bf16"})

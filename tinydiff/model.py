@@ -456,8 +456,8 @@ class Model:
         return self.text(self.denoise_ids(ids, max_new_tokens, **options))
 
     def parameter_count(self):
-        """Weights, not storage units: a Q8_0 array [m, k/32] holds m*k of them."""
-        return sum(a.size * (quant.QK if quant.is_blocked(a) else 1) for a in self._arrays())
+        """Weights, not storage units: a Q8_0 array [m, k/32] holds m*k of them, a Q4_0X8 [m/8, k/32] too."""
+        return sum(quant.rows(a) * quant.columns(a) if a.ndim == 2 else a.size for a in self._arrays())
 
     def weight_bytes(self):
         """{type: bytes} of the weights as the kernels read them ("bf16", "q8_0", "f32", ...), and

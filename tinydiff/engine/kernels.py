@@ -34,7 +34,7 @@ from .reference import physical_cores
 
 __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
            "simd", "simd_extensions",
-           "matmul", "matmuls", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
+           "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
            "DecodeLayer", "DecodeRun", "DecodeSeqs", "decode_layer"]
 
 ARM = platform.machine().lower() in ("aarch64", "arm64")
@@ -49,7 +49,8 @@ _attention_paged = lib.td_attention_paged_f32
 PAGE = lib.TD_PAGE                 # keys per page of a paged KV cache (one block of the attention's)
 _rope_qk, _decode_layer, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_decode_layer, lib.td_rows_to_f32
 _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
-          quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK)}  # weight dtype: C type, k per element
+          quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK),
+          quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK)}  # weight dtype: C type, k per element
 
 
 def _count(n):
@@ -203,7 +204,7 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
         if w.ndim != 2 or cols != k:
             raise ValueError(f"matmul: x {x.shape} and w {w.shape} {w.dtype} do not fit; need x [n,k] or [k] and "
                              "w [m,k] (or [m,k/32] blocks)")
-        m = w.shape[0]
+        m = quant.rows(w)
         ws[j] = w
         outs[j] = out = _out(outs[j], lead + (m,), "matmul", x, w)
         wp.append(ptr), yp.append(_p(out)), ms.append(m), kinds.append(kind)
@@ -216,6 +217,16 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
             if residual:
                 ledger.book("residual", cost.add(n * m))
     return outs
+
+
+def interleaved(w):
+    """w as the matmul reads it fastest on this CPU: a Q4_0 matrix with rows in eights repacked into
+    Q4_0X8 (a copy, made once at load) where the SIMD path's decoding kernel wants that (AVX2),
+    anything else as it is."""
+    if (isinstance(w, _ndarray) and w.dtype == quant.Q4_0 and w.ndim == 2 and w.shape[0] % quant.GROUP == 0
+            and lib.td_interleave_q4_0()):
+        return quant.interleave_q4_0(w)
+    return w
 
 
 def _weight(w):
@@ -363,7 +374,7 @@ class DecodeLayer:
         vecs = {name: _f32(getattr(lw, name)) for name in ("input_layernorm", "post_attention_layernorm")}
         vecs.update({name: _f32(getattr(lw, name)) for name in ("q_bias", "k_bias", "v_bias", "o_bias")
                      if getattr(lw, name) is not None})
-        got = {**{name: (m[0].shape[0], m[2]) if m[0].ndim == 2 else m[0].shape for name, m in mats.items()},
+        got = {**{name: (quant.rows(m[0]), m[2]) if m[0].ndim == 2 else m[0].shape for name, m in mats.items()},
                **{n: v.shape for n, v in vecs.items()}}
         for name, shape in got.items():     # the C layer reads by the config's sizes: they must hold
             if shape != shapes[name]:
@@ -485,8 +496,9 @@ def embedding(table, ids, out, op="embedding"):
                          f"{out.shape} {out.dtype} do not fit")
     table = table if table.flags.c_contiguous else np.ascontiguousarray(table)  # weights are: no copy
     ids = ids if ids.dtype is _I64 and ids.flags.c_contiguous else np.ascontiguousarray(ids, dtype=np.int64)
-    if _rows_to_f32(kind, _buf(table), table.shape[0], out.shape[1], _buf("int64_t[]", ids), ids.size, _p(out)):
-        raise ValueError(f"embedding: a token id is outside 0..{table.shape[0] - 1}")
+    m = quant.rows(table)
+    if _rows_to_f32(kind, _buf(table), m, out.shape[1], _buf("int64_t[]", ids), ids.size, _p(out)):
+        raise ValueError(f"embedding: a token id is outside 0..{m - 1}")
     if ledger.active():
         ledger.book(op, cost.embedding(*out.shape, quant.bytes_per_weight(table)))
     return out

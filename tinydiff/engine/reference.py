@@ -58,7 +58,7 @@ def matmul_exact(x, w, bf16_x=False):
     d_x*q_x * d_w*q_w is d_x*d_w times the integer block dot product the C computes; only the
     float64 sums round (k * 2^-53 relative), far below the kernels' own f32 rounding."""
     x = np.asarray(x, np.float32)                                          # [n,k] or [k]
-    if w.dtype in (quant.Q8_0, quant.Q4_0):
+    if quant.is_blocked(w):
         x = quant.dequantize(quant.quantize(x, "q8_0"))                    # exact: d*q fits in f32
     elif w.dtype == quant.BF16 and bf16_x:
         x = quant.dequantize(quant.to_bf16(x))
@@ -67,7 +67,7 @@ def matmul_exact(x, w, bf16_x=False):
 
 def _widened(w):
     """A weight array of any type as float32 [m, k]."""
-    if isinstance(w, np.ndarray) and w.dtype != np.float32 and w.dtype in quant.TYPES.values():
+    if isinstance(w, np.ndarray) and w.dtype != np.float32 and w.dtype in (*quant.TYPES.values(), quant.Q4_0X8):
         return quant.dequantize(w)
     return np.asarray(w, np.float32)
 

@@ -18,6 +18,7 @@ two to the same logits and cache, bit for bit. Longer passes run the loop below.
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
 H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_size.
 """
+import dataclasses
 import hashlib
 from collections import OrderedDict
 
@@ -26,6 +27,17 @@ import numpy as np
 from . import kernels as K
 from . import ledger
 from .masks import BIDIRECTIONAL, CAUSAL
+
+MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def interleaved(weights):
+    """The weights with every matrix only the matmul reads as K.interleaved gives it (Q4_0 repacked
+    for the AVX2 decoding kernel); the embedding, and a head tied to it, stay as they are."""
+    layers = [dataclasses.replace(lw, **{name: K.interleaved(getattr(lw, name)) for name in MATRICES})
+              for lw in weights.layers]
+    head = weights.lm_head if weights.lm_head is weights.embed_tokens else K.interleaved(weights.lm_head)
+    return dataclasses.replace(weights, layers=layers, lm_head=head)
 
 
 def rope_inv_freq(cfg):
@@ -218,9 +230,9 @@ class Transformer:
         if len(weights.layers) != config.num_hidden_layers:
             raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
                              f"{config.num_hidden_layers}")
-        self.config, self.weights = config, weights
+        self.config, self.weights = config, interleaved(weights)
         self.inv_freq = rope_inv_freq(config)                         # [hd/2]
-        self.decode_layers = [K.DecodeLayer(config, lw) for lw in weights.layers]
+        self.decode_layers = [K.DecodeLayer(config, lw) for lw in self.weights.layers]
         self.pool = K.ThreadPool(K.get_threads() if threads is None else K.check_threads(threads))
 
     def state(self, n_ctx, batch=1, rows=None, pages=None):

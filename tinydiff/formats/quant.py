@@ -14,6 +14,10 @@ its storage type, as a ggml tensor's type does:
 The block layouts are llama.cpp's (ggml-common.h: block_q8_0, block_q4_0), byte for byte, so a
 GGUF tensor maps onto these arrays without conversion. The rounding rules are ggml's reference
 quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match llama.cpp's.
+
+One layout is made at load, never stored: Q4_0X8 [m/8, k/32], Q4_0 with its rows interleaved 8 at
+a time (csrc/quant.h, block_q4_0x8: d f16[8], qs uint8[128], the same 144 bytes as 8 Q4_0 blocks),
+for the AVX2 decoding kernel (interleave_q4_0; kernels.interleaved decides where).
 """
 import numpy as np
 
@@ -24,11 +28,13 @@ BF16 = np.dtype([("bf16", "<u2")])                             # 2 bytes
 Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", QK)])              # 34 bytes
 Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", QK // 2)])         # 18 bytes
 TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0}
+Q4_0X8 = np.dtype([("d", "<f2", 8), ("qs", "u1", 8 * QK // 2)])    # 144 bytes: 8 rows' blocks
+GROUP = 8                                                      # rows a Q4_0X8 element holds
 
 
 def type_of(w):
-    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0' or 'q4_0'."""
-    for name, dt in TYPES.items():
+    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0' or 'q4_0x8'."""
+    for name, dt in (*TYPES.items(), ("q4_0x8", Q4_0X8)):
         if w.dtype == dt:
             return name
     raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type ({', '.join(TYPES)})")
@@ -36,7 +42,7 @@ def type_of(w):
 
 def is_blocked(w):
     """True for the block types, whose last axis counts blocks of QK weights, not weights."""
-    return w.dtype in (Q8_0, Q4_0)
+    return w.dtype in (Q8_0, Q4_0, Q4_0X8)
 
 
 def columns(w):
@@ -44,19 +50,45 @@ def columns(w):
     return w.shape[-1] * QK if is_blocked(w) else w.shape[-1]
 
 
+def rows(w):
+    """m, the number of rows of a weight matrix, whatever the storage type."""
+    return w.shape[0] * GROUP if w.dtype == Q4_0X8 else w.shape[0]
+
+
+def interleave_q4_0(w):
+    """Q4_0 [m, k/32] (m % 8 == 0) -> Q4_0X8 [m/8, k/32]: group g's block b holds rows 8g..8g+7's
+    block b, each row's 16 bytes in 4 runs of 4 (csrc/quant.h, block_q4_0x8)."""
+    m, nb = w.shape
+    rows8 = w.reshape(m // GROUP, GROUP, nb)                                     # [g, r, b]
+    y = np.empty((m // GROUP, nb), Q4_0X8)
+    y["d"] = rows8["d"].transpose(0, 2, 1)                                       # [g, b, r]
+    qs = rows8["qs"].reshape(m // GROUP, GROUP, nb, 4, 4)                        # [g, r, b, run, 4]
+    y["qs"] = qs.transpose(0, 2, 3, 1, 4).reshape(m // GROUP, nb, 8 * QK // 2)  # [g, b, run, r, 4]
+    return y
+
+
+def deinterleave_q4_0x8(y):
+    """interleave_q4_0 undone: Q4_0X8 [m/8, k/32] -> Q4_0 [m, k/32]."""
+    groups, nb = y.shape
+    w = np.empty((groups, GROUP, nb), Q4_0)
+    w["d"] = y["d"].transpose(0, 2, 1)
+    w["qs"] = y["qs"].reshape(groups, nb, 4, GROUP, 4).transpose(0, 3, 1, 2, 4).reshape(groups, GROUP, nb, QK // 2)
+    return w.reshape(groups * GROUP, nb)
+
+
 def bits_per_weight(name):
     return TYPES[name].itemsize * 8 / (QK if name in ("q8_0", "q4_0") else 1)
 
 
 def bytes_per_weight(w):
-    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0."""
-    return w.itemsize / QK if is_blocked(w) else w.itemsize
+    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0 (and Q4_0X8)."""
+    return w.itemsize / (QK * GROUP if w.dtype == Q4_0X8 else QK) if is_blocked(w) else w.itemsize
 
 
 def quantize(w, name):
     """The matrix w [m, k] stored as type `name`. Block types need k % 32 == 0. w may already be of
     a weight type: as it is if that is `name`, else its values (dequantized) stored anew."""
-    if isinstance(w, np.ndarray) and w.dtype in (np.float16, BF16, Q8_0, Q4_0):
+    if isinstance(w, np.ndarray) and w.dtype in (np.float16, BF16, Q8_0, Q4_0, Q4_0X8):
         if type_of(w) == name:
             return w
         w = dequantize(w)
@@ -109,6 +141,8 @@ def dequantize(w):
         return w.astype(np.float32)
     if w.dtype == BF16:
         return (w["bf16"].astype(np.uint32) << 16).view(np.float32)
+    if w.dtype == Q4_0X8:
+        return dequantize(deinterleave_q4_0x8(w))
     if w.dtype == Q8_0:
         q = w["qs"].astype(np.float32)                                            # [..., k/32, 32]
     elif w.dtype == Q4_0:
