@@ -129,18 +129,23 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
     td_parallel_for(kern->gemm, &a, ntasks, 2.0 * kern->nr * k * a.chunk);
 }
 
-/* interleaved weights (tt->rows 8), few x rows: weight rows [j0, j1), whole groups, by every x row */
+/* interleaved weights (tt->rows 8): weight rows [j0, j1), whole groups, by every x row, X_ROWS at
+   a time (the groups stay in L1 for all of them) */
+#define X_ROWS 16
 static void matmul_groups_typed(const struct mm *a, int64_t j0, int64_t j1)
 {
-    float s[GEMM_MIN_ROWS * ROWS_PER_TASK]; /* [x row][weight row j0..j1): fewer than GEMM_MIN_ROWS x rows */
+    float s[X_ROWS * ROWS_PER_TASK]; /* [x row][weight row j0..j1) */
     const int64_t rows = j1 - j0;
-    a->tt->vec_dot_8xn(a->k, (const char *)a->w + j0 * a->row_bytes, rows / 8, 8 * a->row_bytes, a->xc,
-                       a->xc_bytes, a->n, s, rows);
-    for (int64_t i = 0; i < a->n; i++)
-        for (int64_t r = 0; r < rows; r++) {
-            float *y = a->y + i * a->m + j0 + r;
-            *y = a->acc ? *y + s[i * rows + r] : s[i * rows + r];
-        }
+    for (int64_t i0 = 0; i0 < a->n; i0 += X_ROWS) {
+        const int64_t nx = a->n - i0 < X_ROWS ? a->n - i0 : X_ROWS;
+        a->tt->vec_dot_8xn(a->k, (const char *)a->w + j0 * a->row_bytes, rows / 8, 8 * a->row_bytes,
+                           a->xc + i0 * a->xc_bytes, a->xc_bytes, nx, s, rows);
+        for (int64_t i = 0; i < nx; i++)
+            for (int64_t r = 0; r < rows; r++) {
+                float *y = a->y + (i0 + i) * a->m + j0 + r;
+                *y = a->acc ? *y + s[i * rows + r] : s[i * rows + r];
+            }
+    }
 }
 
 /* typed weights, few x rows: tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e), in
@@ -229,6 +234,13 @@ static int int8_gemm(enum td_type type, int64_t n)
 #endif
 }
 
+/* typed weights widened to f32 for the f32 GEMM, from GEMM_MIN_ROWS x rows; never Q4_0X8, whose
+   int8 kernel (4x the f32 GEMM's rate on AVX2) runs at any n */
+static int f32_gemm(enum td_type type, int64_t n)
+{
+    return n >= GEMM_MIN_ROWS && type != TD_Q4_0X8;
+}
+
 static int matmul_typed(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
 {
     const struct type_traits *tt = td_type_traits(type);
@@ -245,7 +257,7 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
     if (int8_gemm(type, n))
         return td_gemm_q8_vnni(type, x, n, k, 1, (void **)&w, &y, &m);
 #endif
-    int gemm = n >= GEMM_MIN_ROWS;
+    int gemm = f32_gemm(type, n);
     int64_t ntasks = gemm ? plan_gemm(kern, &a) : (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     td_pool_enter();
     if (convert_x(&a, gemm)) {
@@ -303,7 +315,7 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
     if (n > 0 && k > 0 && int8_gemm(type, n) && !accumulate) /* one job, x quantized once */
         return td_gemm_q8_vnni(type, x, n, k, nw, ws, ys, ms);
 #endif
-    if (n == 0 || k == 0 || n >= GEMM_MIN_ROWS || int8_gemm(type, n)) { /* one after the other */
+    if (n == 0 || k == 0 || f32_gemm(type, n) || int8_gemm(type, n)) { /* one after the other */
         for (int64_t j = 0; j < nw; j++)
             if (matmul_one(type, x, ws[j], ys[j], n, k, ms[j], accumulate))
                 return -1;
