@@ -17,41 +17,65 @@
 #include <math.h>
 #include "quant.h"
 
-/* ---- Q4_0X8 (quant.h): the readable kernels, for every instruction set without its own ---- */
+/* ---- Q8_0X8 and Q4_0X8 (quant.h): the readable kernels, for every instruction set without its own ---- */
 
-/* row `lane`'s quant j (0..31) of a group's block, nibble - 8 */
-TD_INLINE int q4_0x8_quant(const block_q4_0x8 *b, int lane, int j)
+/* row `lane`'s quant j (0..31) of a group's block */
+TD_INLINE int q8_0x8_quant(const block_q8_0x8 *b, int lane, int j) { return b->qs[32 * (j / 4) + 4 * lane + j % 4]; }
+
+TD_INLINE int q4_0x8_quant(const block_q4_0x8 *b, int lane, int j) /* nibble - 8 */
 {
     const uint8_t byte = b->qs[32 * (j % 16 / 4) + 4 * lane + j % 4];
     return (j < 16 ? byte & 15 : byte >> 4) - 8;
 }
 
-static void q4_0x8_to_float_lane(const void *w, int lane, float *y, int64_t k)
+/* to_float_lane and vec_dot_8xn (quant.h) of each type, written once: q4 a constant after inlining */
+TD_INLINE void x8_to_float_lane(const int q4, const void *w, int lane, float *y, int64_t k)
 {
-    const block_q4_0x8 *b = w;
-    for (int64_t i = 0; i < k / QK4_0; i++)
-        for (int j = 0; j < QK4_0; j++)
-            y[i * QK4_0 + j] = fp16_to_fp32(b[i].d[lane]) * (float)q4_0x8_quant(&b[i], lane, j);
+    const size_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8);
+    for (int64_t i = 0; i < k / QK8_0; i++) {
+        const void *b = (const char *)w + i * bytes;
+        const float d = fp16_to_fp32(q4 ? ((const block_q4_0x8 *)b)->d[lane] : ((const block_q8_0x8 *)b)->d[lane]);
+        for (int j = 0; j < QK8_0; j++)
+            y[i * QK8_0 + j] = d * (float)(q4 ? q4_0x8_quant(b, lane, j) : q8_0x8_quant(b, lane, j));
+    }
+}
+
+TD_INLINE void x8_vec_dot_ref(const int q4, int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
+                              const void *x, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
+{
+    const size_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8);
+    for (int64_t i = 0; i < nx; i++)
+        for (int64_t g = 0; g < ngroups; g++)
+            for (int r = 0; r < 8; r++) {
+                const block_q8_0 *xb = (const block_q8_0 *)((const char *)x + i * x_bytes);
+                float acc = 0.0f;
+                for (int64_t b = 0; b < k / QK8_0; b++) {
+                    const void *wb = (const char *)w + g * group_bytes + b * bytes;
+                    int sumi = 0;
+                    for (int j = 0; j < QK8_0; j++)
+                        sumi += (q4 ? q4_0x8_quant(wb, r, j) : q8_0x8_quant(wb, r, j)) * xb[b].qs[j];
+                    const td_fp16_t dw = q4 ? ((const block_q4_0x8 *)wb)->d[r] : ((const block_q8_0x8 *)wb)->d[r];
+                    acc = fmaf((float)sumi, fp16_to_fp32(dw) * fp16_to_fp32(xb[b].d), acc);
+                }
+                y[i * ldy + 8 * g + r] = acc;
+            }
+}
+
+static void q8_0x8_to_float_lane(const void *w, int lane, float *y, int64_t k) { x8_to_float_lane(0, w, lane, y, k); }
+static void q4_0x8_to_float_lane(const void *w, int lane, float *y, int64_t k) { x8_to_float_lane(1, w, lane, y, k); }
+
+static void vec_dot_8xn_q8_0x8_q8_0_ref(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
+                                        const void *x, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
+{
+    x8_vec_dot_ref(0, k, w, ngroups, group_bytes, x, x_bytes, nx, y, ldy);
 }
 
 static void vec_dot_8xn_q4_0x8_q8_0_ref(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
                                         const void *x, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
 {
-    for (int64_t i = 0; i < nx; i++)
-        for (int64_t g = 0; g < ngroups; g++)
-            for (int r = 0; r < 8; r++) {
-                const block_q4_0x8 *wb = (const block_q4_0x8 *)((const char *)w + g * group_bytes);
-                const block_q8_0 *xb = (const block_q8_0 *)((const char *)x + i * x_bytes);
-                float acc = 0.0f;
-                for (int64_t b = 0; b < k / QK4_0; b++) {
-                    int sumi = 0;
-                    for (int j = 0; j < QK4_0; j++)
-                        sumi += q4_0x8_quant(&wb[b], r, j) * xb[b].qs[j];
-                    acc = fmaf((float)sumi, fp16_to_fp32(wb[b].d[r]) * fp16_to_fp32(xb[b].d), acc);
-                }
-                y[i * ldy + 8 * g + r] = acc;
-            }
+    x8_vec_dot_ref(1, k, w, ngroups, group_bytes, x, x_bytes, nx, y, ldy);
 }
+
 #if defined(__x86_64__)
 /* ---- x86 pieces: AVX2's block dot product, and the extension kernels' odd last block ---- */
 
@@ -162,6 +186,36 @@ TD_AVX2 TD_INLINE __m256i sum8_q8_0(const int8_t *x)
     s = _mm256_add_epi32(s, _mm256_permute2x128_si256(s, s, 1));
     s = _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0x4E));
     return _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0xB1));
+}
+
+/* Q8_0X8 on AVX2: the 8 rows' quants by 4 x quants broadcast to every lane, with the sign trick;
+   each maddubs' int16 pairs (up to 2 x 127 x 127) summed to int32 by madd at once, since two of
+   them could overflow; lane r holds row r's exact block dot product, then one fma a block for the
+   8 rows, as vec_dot_8xn_q8_0x8_q8_0_ref does for each. */
+TD_AVX2 static void vec_dot_8xn_q8_0x8_q8_0_avx2(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
+                                                 const void *vx, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < nx; i++) {
+        const block_q8_0 *x = (const block_q8_0 *)((const char *)vx + i * x_bytes);
+        for (int64_t g = 0; g < ngroups; g++) {
+            const block_q8_0x8 *wb = (const block_q8_0x8 *)((const char *)w + g * group_bytes);
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t b = 0; b < k / QK8_0; b++) {
+                __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* two chains */
+                for (int h = 0; h < 8; h++) {
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * h));
+                    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q),
+                                                               _mm256_sign_epi8(broadcast4(x[b].qs + 4 * h), q));
+                    s[h % 2] = _mm256_add_epi32(s[h % 2], _mm256_madd_epi16(pairs, ones));
+                }
+                const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb[b].d)),
+                                               _mm256_set1_ps(_cvtsh_ss(x[b].d)));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1])), d, acc);
+            }
+            _mm256_storeu_ps(y + i * ldy + 8 * g, acc);
+        }
+    }
 }
 
 /* Q4_0X8 on AVX2: the nibbles of the 8 rows (0..15, maddubs' unsigned side) by 4 x quants
@@ -517,11 +571,13 @@ const struct type_traits *td_type_traits(enum td_type type)
     return &(*TD_PICK(type_traits))[type];
 }
 
-int td_interleave_q4_0(void)
+int td_interleave(enum td_type type)
 {
 #if defined(__x86_64__)
-    return td_simd == TD_SIMD_AVX2; /* measured there (bench/README.md); AVX-512 keeps its VNNI tiles */
+    /* measured there (bench/README.md); AVX-512 keeps its VNNI tiles, NEON its rows */
+    return (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX2;
 #else
+    (void)type;
     return 0;
 #endif
 }

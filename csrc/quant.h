@@ -30,11 +30,17 @@ typedef struct {
                               weight = d * (nibble - 8) */
 } block_q4_0;              /* 18 bytes: 4.5 bits a weight */
 
-/* Q4_0X8: Q4_0 repacked at load (never stored in a file), block b of 8 rows side by side, so that
-   one 256-bit load holds 4 quants of each of the 8 rows and the dot products of the 8 rows come out
-   in the 8 lanes of one register: no sum across lanes, and one scale conversion for 8 rows. The
-   bytes are Q4_0's own, moved 4 at a time (llama.cpp's block_q4_0x8 does the same for its AVX2
-   GEMV, in another order). Weight row 8g + r of a matrix is row r of group g; w[m/8][k/32]. */
+/* Q8_0X8 and Q4_0X8: Q8_0 and Q4_0 repacked at load (never stored in a file), block b of 8 rows side
+   by side, so that one 256-bit load holds 4 quants of each of the 8 rows and the dot products of the
+   8 rows come out in the 8 lanes of one register: no sum across lanes, one scale conversion for 8
+   rows, and one stream of memory a group. The bytes are the row blocks' own, moved 4 at a time
+   (llama.cpp's block_q4_0x8 does the same for its AVX2 GEMV, in another order). Weight row 8g + r
+   of a matrix is row r of group g; w[m/8][k/32]. */
+typedef struct {
+    td_fp16_t d[8]; /* row r's block scale, as its block_q8_0.d */
+    int8_t qs[256]; /* run h = 0..7 of 32 bytes: bytes 4r..4r+3 are row r's qs[4h..4h+3] */
+} block_q8_0x8;     /* 272 bytes: 8 x 34 */
+
 typedef struct {
     td_fp16_t d[8];  /* row r's block scale, as its block_q4_0.d */
     uint8_t qs[128]; /* run h = 0..3 of 32 bytes: bytes 4r..4r+3 are row r's qs[4h..4h+3], that is
@@ -42,6 +48,7 @@ typedef struct {
 } block_q4_0x8;      /* 144 bytes: 8 x 18 */
 
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match GGUF's 34 bytes");
+_Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "block_q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "block_q4_0x8 is 8 Q4_0 blocks");
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match GGUF's 18 bytes");
 
@@ -68,7 +75,7 @@ struct type_traits {
     vec_dot_fn vec_dot;
     vec_dot_4xn_fn vec_dot_4xn;   /* NULL, or a tile of 4 weight rows by up to 4 x rows sharing the
                                      work on each (same results) */
-    int64_t rows;                 /* weight rows a stored unit interleaves: 8 for Q4_0X8 (whose
+    int64_t rows;                 /* weight rows a stored unit interleaves: 8 for the X8 types (whose
                                      blocks are groups: blck_size and type_size say one row's share),
                                      which has to_float_lane and vec_dot_8xn instead of to_float,
                                      vec_dot and vec_dot_4xn; else 1 */

@@ -318,10 +318,19 @@ static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
                  .vec_dot_4xn = ISA(vec_dot_4xn_q4_0_q8_0),
 #endif
                 },
-    [TD_Q4_0X8] = {.rows = 8, .blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float_lane = q4_0x8_to_float_lane,
-                   .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
-                   .x_type_size = sizeof(block_q8_0),
-#if VL >= 8 /* quant.c's AVX2 kernel */
+    [TD_Q8_0X8] = {.rows = 8, .blck_size = QK8_0, .type_size = sizeof(block_q8_0),
+                   .to_float_lane = q8_0x8_to_float_lane, .from_float = ISA(quantize_row_q8_0),
+                   .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0),
+#if VL >= 8 /* quant.c's AVX2 kernels */
+                   .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_avx2,
+#else
+                   .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_ref,
+#endif
+                  },
+    [TD_Q4_0X8] = {.rows = 8, .blck_size = QK4_0, .type_size = sizeof(block_q4_0),
+                   .to_float_lane = q4_0x8_to_float_lane, .from_float = ISA(quantize_row_q8_0),
+                   .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0),
+#if VL >= 8
                    .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0_avx2,
 #else
                    .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0_ref,

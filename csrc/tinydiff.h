@@ -33,12 +33,13 @@ int td_get_simd_ext(void);
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m);
 
 /* weight types: f32, or stored as quant.h has them: f16 and bf16 w[m,k], Q8_0 and Q4_0 w[m,k/32]
-   blocks (k % 32 == 0), and Q4_0X8: Q4_0 rows interleaved 8 at a time, w[m/8,k/32] (m % 8 == 0) */
-enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_Q4_0X8, TD_NTYPES };
+   blocks (k % 32 == 0), and Q8_0X8 and Q4_0X8: their rows interleaved 8 at a time, w[m/8,k/32]
+   groups of blocks (m % 8 == 0) */
+enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_Q8_0X8, TD_Q4_0X8, TD_NTYPES };
 
-/* 1 if Q4_0 weights are best repacked at load into Q4_0X8 for the SIMD path in use (its decoding
-   kernel is the faster one there), else 0: the loader asks, once per matrix */
-int td_interleave_q4_0(void);
+/* 1 if weights of type (TD_Q8_0 or TD_Q4_0) are best repacked at load into its X8 type for the SIMD
+   path in use (the X8 kernel is the faster one there), else 0: the loader asks, once per matrix */
+int td_interleave(enum td_type type);
 
 /* ys[j][n,ms[j]] = x[n,k] @ ws[j][ms[j],k]^T for j < nw: several matmuls of one x (q/k/v, gate/up),
    weight j of type types[j], read in place. x and the ys are float32. Other weight types than f32:

@@ -145,13 +145,19 @@ def test_a_round_trip_in_the_stored_type_gives_the_safetensors_logits_exactly(na
     assert ours.config.eos_token_ids == hf.config.eos_token_ids and ours.config.bos_token_id == hf.config.bos_token_id
 
 
-def test_matrices_stay_in_their_stored_type_and_views_of_the_file(converted):
+def test_matrices_stay_in_their_stored_type_and_views_of_the_file(converted, level):
+    """Views of the map, but on the AVX2 path, where the matrices are repacked at load for its
+    kernels (kernels.interleaved: a copy in the same bytes); the embedding always stays a view."""
     model = tinydiff.load(converted("llama-gqa", "q8_0"))
     lw = model.weights.layers[0]
-    assert lw.v_proj.dtype == quant.Q8_0 and lw.v_proj.shape == (32, 64 // quant.QK)
-    assert model.weights.embed_tokens.dtype == quant.Q8_0
+    if level == "avx2":
+        assert lw.v_proj.dtype == quant.Q8_0X8 and lw.v_proj.shape == (32 // 8, 64 // quant.QK)
+        assert lw.v_proj.flags.owndata
+    else:
+        assert lw.v_proj.dtype == quant.Q8_0 and lw.v_proj.shape == (32, 64 // quant.QK)
+        assert not lw.v_proj.flags.writeable                 # a view of the read-only map, not a copy
+    assert model.weights.embed_tokens.dtype == quant.Q8_0 and not model.weights.embed_tokens.flags.writeable
     assert lw.input_layernorm.dtype == np.float32
-    assert not lw.v_proj.flags.writeable                 # a view of the read-only map, not a copy
     assert model.stored_bytes == {"Q8_0": 121856, "F32": 1280}
 
 
@@ -164,8 +170,8 @@ def test_other_types_store_exactly_what_quant_quantize_makes(name, wtype, conver
             if a is None:
                 continue
             b = getattr(mine, field)
-            if b.dtype == quant.Q4_0X8:     # repacked at load for the AVX2 kernel: the file's Q4_0 inside
-                b = quant.deinterleave_q4_0x8(b)
+            if quant.is_interleaved(b):     # repacked at load for the AVX2 kernels: the file's blocks inside
+                b = quant.deinterleave(b)
             want = a if a.ndim == 1 else quant.quantize(a, wtype)
             assert b.dtype == want.dtype and b.tobytes() == want.tobytes(), field
     ids = reference(name)["input_ids"][0]

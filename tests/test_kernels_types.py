@@ -239,22 +239,26 @@ def test_embedding_gathers_any_type(name):
         K.embedding(table, ids, read_only)
 
 
-# ---- Q4_0X8 (quant.h): Q4_0 rows interleaved by 8 at load, for the AVX2 decoding kernel ----
+# ---- Q8_0X8 and Q4_0X8 (quant.h): rows interleaved by 8 at load, for the AVX2 kernels ----
 
-def interleaved(w):
-    return quant.interleave_q4_0(quant.quantize(w, "q4_0"))
+X8 = ["q8_0", "q4_0"]
 
 
+def interleaved(w, name):
+    return quant.interleave(quant.quantize(w, name))
+
+
+@pytest.mark.parametrize("name", X8)
 @SETTINGS
 @given(n=N, k=K_BLOCKED, groups=st.integers(1, 9), seed=st.integers(0, 99))
-def test_q4_0x8_within_the_bounds_of_q4_0(level, n, k, groups, seed):
-    """The repacked weights give Q4_0's products within the same tight bound (each block's integer
-    dot product exact, one rounding a block), few rows (its own kernel) and many (the f32 GEMM,
-    each row widened from its group), and added to out as a residual."""
-    x, w = data(seed, n, k), interleaved(data(seed + 1, 8 * groups, k))
+def test_x8_within_the_bounds_of_its_rows(level, name, n, k, groups, seed):
+    """The repacked weights give their row type's products within the same tight bound (each block's
+    integer dot product exact, one rounding a block), at any n (their kernel runs for many x rows
+    too), and added to out as a residual."""
+    x, w = data(seed, n, k), interleaved(data(seed + 1, 8 * groups, k), name)
     got = K.matmul(x, w)
     wd = np.abs(quant.dequantize(w)).astype(np.float64)
-    tight = (k + 4) * U * (np.abs(x_as_seen(x, "q4_0")) @ wd.T) + 1e-30
+    tight = (k + 4) * U * (np.abs(x_as_seen(x, name)) @ wd.T) + 1e-30
     assert got.shape == (n, 8 * groups)
     assert np.all(np.abs(got - R.matmul_exact(x, w)) <= tight)
     out = data(seed + 2, n, 8 * groups)
@@ -263,13 +267,14 @@ def test_q4_0x8_within_the_bounds_of_q4_0(level, n, k, groups, seed):
     np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize("n", [1, 2, 5, 15])
-def test_q4_0x8_kernel_is_the_readable_one_bit_for_bit(level, n):
-    """Below the GEMM's rows each SIMD path's Q4_0X8 kernel gives, to the bit, what the plain C one
-    (quant.c, vec_dot_8xn_q4_0x8_q8_0_ref: ggml's reference order with one fma a block) gives, for
-    every row whatever rows came with it; rows 10 and 17 blocks long (the int16 sums' two chains)."""
+@pytest.mark.parametrize("name", X8)
+@pytest.mark.parametrize("n", [1, 2, 5, 17])
+def test_x8_kernel_is_the_readable_one_bit_for_bit(level, name, n):
+    """Each SIMD path's X8 kernel gives, to the bit, what the plain C one (quant.c, x8_vec_dot_ref:
+    ggml's reference order with one fma a block) gives, for every row whatever rows came with it;
+    rows of 10 and 17 blocks (the int sums' two chains)."""
     for k in (320, 544):
-        x, w = data(n, n, k), interleaved(data(n + 1, 40, k))
+        x, w = data(n, n, k), interleaved(data(n + 1, 40, k), name)
         got = K.matmul(x, w)
         alone = np.stack([K.matmul(x[i], w) for i in range(n)])
         best = K._set_simd("c")
@@ -281,29 +286,31 @@ def test_q4_0x8_kernel_is_the_readable_one_bit_for_bit(level, n):
         np.testing.assert_array_equal(alone, plain)
 
 
-def test_q4_0x8_extremes_do_not_overflow(level):
-    """Every nibble 15 or 0 against x quants of +-127: the kernel's int16 sums at their largest."""
-    w = np.full((8, 64), 7.0, np.float32)
-    w[:, ::2] = -8.0                      # nibbles 15 and 0, scale 1
+@pytest.mark.parametrize("name,big,small", [("q8_0", 127.0, -127.0), ("q4_0", 7.0, -8.0)])
+def test_x8_extremes_do_not_overflow(level, name, big, small):
+    """Quants at their extremes against x quants of +-127: the kernels' integer sums at their largest."""
+    w = np.full((8, 64), big, np.float32)
+    w[:, ::2] = small
     w[4:] *= -1
     x = np.where(np.arange(64) % 2, 127.0, -127.0).astype(np.float32)[None]
-    q = quant.interleave_q4_0(quant.quantize(w, "q4_0"))
+    q = interleaved(w, name)
     np.testing.assert_array_equal(K.matmul(x, q), R.matmul_exact(x, q).astype(np.float32))
 
 
-def test_interleaved_only_where_the_kernel_wants_it(level):
-    """kernels.interleaved repacks a Q4_0 matrix of whole groups on the AVX2 path only."""
-    q = quant.quantize(data(1, 16, 64), "q4_0")
-    want = K.simd() == "avx2"
-    assert (K.interleaved(q).dtype == quant.Q4_0X8) == want
-    assert K.interleaved(q[:12]).dtype == quant.Q4_0            # not whole groups of 8
-    assert K.interleaved(quant.quantize(data(1, 16, 64), "q8_0")).dtype == quant.Q8_0
-    repacked = quant.interleave_q4_0(q)
+@pytest.mark.parametrize("name", X8)
+def test_interleaved_only_where_the_kernels_want_it(level, name):
+    """kernels.interleaved repacks a Q8_0 or Q4_0 matrix of whole groups on the AVX2 path only."""
+    q = quant.quantize(data(1, 16, 64), name)
+    assert quant.is_interleaved(K.interleaved(q)) == (K.simd() == "avx2")
+    assert K.interleaved(q[:12]).dtype == q.dtype              # not whole groups of 8
+    assert K.interleaved(quant.quantize(data(1, 16, 64), "bf16")).dtype == quant.BF16
+    repacked = quant.interleave(q)
     assert K.interleaved(repacked) is repacked
 
 
-def test_embedding_of_a_q4_0x8_table():
-    table = interleaved(data(10, 48, 64))
+@pytest.mark.parametrize("name", X8)
+def test_embedding_of_an_x8_table(name):
+    table = interleaved(data(10, 48, 64), name)
     out = np.empty((3, 64), np.float32)
     K.embedding(table, np.array([47, 0, 9]), out)
     np.testing.assert_array_equal(out, quant.dequantize(table)[[47, 0, 9]])

@@ -220,18 +220,19 @@ def test_quantize_a_typed_matrix_starts_from_its_values():
     assert q4.tobytes() == quant.quantize(quant.dequantize(q8), "q4_0").tobytes()
 
 
-# ---- Q4_0X8: Q4_0 repacked at load ----
+# ---- Q8_0X8 and Q4_0X8: Q8_0 and Q4_0 repacked at load ----
 
-def test_q4_0x8_holds_each_rows_bytes_where_quant_h_says():
+@pytest.mark.parametrize("name,runs", [("q8_0", 8), ("q4_0", 4)])
+def test_x8_holds_each_rows_bytes_where_quant_h_says(name, runs):
     """Group g's block b: d[r] is row 8g+r's scale; run h, bytes 4r..4r+3 are row 8g+r's qs[4h..4h+3]."""
-    w = quant.quantize(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32), "q4_0")
-    y = quant.interleave_q4_0(w)
-    assert y.dtype.itemsize == 8 * quant.Q4_0.itemsize == 144 and y.shape == (2, 2)
-    assert quant.rows(y) == 16 and quant.columns(y) == 64 and quant.type_of(y) == "q4_0x8"
-    assert quant.bytes_per_weight(y) == quant.bytes_per_weight(w) == 18 / 32
-    for g, b, r, h in [(0, 0, 0, 0), (1, 1, 7, 3), (0, 1, 5, 2), (1, 0, 3, 1)]:
+    w = quant.quantize(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32), name)
+    y = quant.interleave(w)
+    assert y.dtype.itemsize == 8 * w.dtype.itemsize and y.shape == (2, 2) and quant.is_interleaved(y)
+    assert quant.rows(y) == 16 and quant.columns(y) == 64 and quant.type_of(y) == name + "x8"
+    assert quant.bytes_per_weight(y) == quant.bytes_per_weight(w)
+    for g, b, r, h in [(0, 0, 0, 0), (1, 1, 7, runs - 1), (0, 1, 5, 2), (1, 0, 3, 1)]:
         assert y["d"][g, b, r] == w["d"][8 * g + r, b]
         assert y["qs"][g, b, 32 * h + 4 * r:32 * h + 4 * r + 4].tobytes() == w["qs"][8 * g + r, b, 4 * h:4 * h + 4].tobytes()
-    assert quant.deinterleave_q4_0x8(y).tobytes() == w.tobytes()
+    assert quant.deinterleave(y).tobytes() == w.tobytes()
     np.testing.assert_array_equal(quant.dequantize(y), quant.dequantize(w))
     assert quant.quantize(y, "q8_0").tobytes() == quant.quantize(quant.dequantize(w), "q8_0").tobytes()

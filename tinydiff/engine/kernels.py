@@ -50,7 +50,7 @@ PAGE = lib.TD_PAGE                 # keys per page of a paged KV cache (one bloc
 _rope_qk, _decode_layer, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_decode_layer, lib.td_rows_to_f32
 _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK),
-          quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK)}  # weight dtype: C type, k per element
+          quant.Q8_0X8: (lib.TD_Q8_0X8, quant.QK), quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK)}  # weight dtype: C type, k per element
 
 
 def _count(n):
@@ -220,12 +220,12 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
 
 
 def interleaved(w):
-    """w as the matmul reads it fastest on this CPU: a Q4_0 matrix with rows in eights repacked into
-    Q4_0X8 (a copy, made once at load) where the SIMD path's decoding kernel wants that (AVX2),
-    anything else as it is."""
-    if (isinstance(w, _ndarray) and w.dtype == quant.Q4_0 and w.ndim == 2 and w.shape[0] % quant.GROUP == 0
-            and lib.td_interleave_q4_0()):
-        return quant.interleave_q4_0(w)
+    """w as the matmul reads it fastest on this CPU: a Q8_0 or Q4_0 matrix with rows in eights
+    repacked into Q8_0X8 or Q4_0X8 (a copy, made once at load) where the SIMD path's kernels want
+    that (AVX2), anything else as it is."""
+    if (isinstance(w, _ndarray) and w.dtype in quant.X8 and w.ndim == 2 and w.shape[0] % quant.GROUP == 0
+            and lib.td_interleave(_TYPES[w.dtype][0])):
+        return quant.interleave(w)
     return w
 
 

@@ -32,8 +32,8 @@ MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "dow
 
 
 def interleaved(weights):
-    """The weights with every matrix only the matmul reads as K.interleaved gives it (Q4_0 repacked
-    for the AVX2 decoding kernel); the embedding, and a head tied to it, stay as they are."""
+    """The weights with every matrix only the matmul reads as K.interleaved gives it (Q8_0 and Q4_0
+    repacked for the AVX2 kernels); the embedding, and a head tied to it, stay as they are."""
     layers = [dataclasses.replace(lw, **{name: K.interleaved(getattr(lw, name)) for name in MATRICES})
               for lw in weights.layers]
     head = weights.lm_head if weights.lm_head is weights.embed_tokens else K.interleaved(weights.lm_head)

@@ -15,9 +15,10 @@ The block layouts are llama.cpp's (ggml-common.h: block_q8_0, block_q4_0), byte 
 GGUF tensor maps onto these arrays without conversion. The rounding rules are ggml's reference
 quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match llama.cpp's.
 
-One layout is made at load, never stored: Q4_0X8 [m/8, k/32], Q4_0 with its rows interleaved 8 at
-a time (csrc/quant.h, block_q4_0x8: d f16[8], qs uint8[128], the same 144 bytes as 8 Q4_0 blocks),
-for the AVX2 decoding kernel (interleave_q4_0; kernels.interleaved decides where).
+Two layouts are made at load, never stored: Q8_0X8 and Q4_0X8 [m/8, k/32], Q8_0 and Q4_0 with
+their rows interleaved 8 at a time (csrc/quant.h, block_q8_0x8: d f16[8], qs int8[256], the bytes
+of 8 Q8_0 blocks; block_q4_0x8: d f16[8], qs uint8[128], of 8 Q4_0 blocks), for the AVX2 kernels
+(interleave; kernels.interleaved decides where).
 """
 import numpy as np
 
@@ -28,13 +29,15 @@ BF16 = np.dtype([("bf16", "<u2")])                             # 2 bytes
 Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", QK)])              # 34 bytes
 Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", QK // 2)])         # 18 bytes
 TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0}
-Q4_0X8 = np.dtype([("d", "<f2", 8), ("qs", "u1", 8 * QK // 2)])    # 144 bytes: 8 rows' blocks
-GROUP = 8                                                      # rows a Q4_0X8 element holds
+Q8_0X8 = np.dtype([("d", "<f2", 8), ("qs", "i1", 8 * QK)])          # 272 bytes: 8 rows' blocks
+Q4_0X8 = np.dtype([("d", "<f2", 8), ("qs", "u1", 8 * QK // 2)])     # 144 bytes
+X8 = {Q8_0: Q8_0X8, Q4_0: Q4_0X8}                              # row type -> its interleaved type
+GROUP = 8                                                      # rows an X8 element holds
 
 
 def type_of(w):
-    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0' or 'q4_0x8'."""
-    for name, dt in (*TYPES.items(), ("q4_0x8", Q4_0X8)):
+    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q8_0x8', 'q4_0x8'."""
+    for name, dt in (*TYPES.items(), ("q8_0x8", Q8_0X8), ("q4_0x8", Q4_0X8)):
         if w.dtype == dt:
             return name
     raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type ({', '.join(TYPES)})")
@@ -42,7 +45,11 @@ def type_of(w):
 
 def is_blocked(w):
     """True for the block types, whose last axis counts blocks of QK weights, not weights."""
-    return w.dtype in (Q8_0, Q4_0, Q4_0X8)
+    return w.dtype in (Q8_0, Q4_0, Q8_0X8, Q4_0X8)
+
+
+def is_interleaved(w):
+    return w.dtype in (Q8_0X8, Q4_0X8)
 
 
 def columns(w):
@@ -52,27 +59,27 @@ def columns(w):
 
 def rows(w):
     """m, the number of rows of a weight matrix, whatever the storage type."""
-    return w.shape[0] * GROUP if w.dtype == Q4_0X8 else w.shape[0]
+    return w.shape[0] * GROUP if is_interleaved(w) else w.shape[0]
 
 
-def interleave_q4_0(w):
-    """Q4_0 [m, k/32] (m % 8 == 0) -> Q4_0X8 [m/8, k/32]: group g's block b holds rows 8g..8g+7's
-    block b, each row's 16 bytes in 4 runs of 4 (csrc/quant.h, block_q4_0x8)."""
-    m, nb = w.shape
+def interleave(w):
+    """Q8_0 or Q4_0 [m, k/32] (m % 8 == 0) -> Q8_0X8 or Q4_0X8 [m/8, k/32]: group g's block b holds
+    rows 8g..8g+7's block b, each row's quant bytes in runs of 4 (csrc/quant.h, block_q4_0x8)."""
+    (m, nb), runs = w.shape, w.dtype["qs"].shape[0] // 4
     rows8 = w.reshape(m // GROUP, GROUP, nb)                                     # [g, r, b]
-    y = np.empty((m // GROUP, nb), Q4_0X8)
+    y = np.empty((m // GROUP, nb), X8[w.dtype])
     y["d"] = rows8["d"].transpose(0, 2, 1)                                       # [g, b, r]
-    qs = rows8["qs"].reshape(m // GROUP, GROUP, nb, 4, 4)                        # [g, r, b, run, 4]
-    y["qs"] = qs.transpose(0, 2, 3, 1, 4).reshape(m // GROUP, nb, 8 * QK // 2)  # [g, b, run, r, 4]
+    qs = rows8["qs"].reshape(m // GROUP, GROUP, nb, runs, 4)                     # [g, r, b, run, 4]
+    y["qs"] = qs.transpose(0, 2, 3, 1, 4).reshape(m // GROUP, nb, GROUP * runs * 4)  # [g, b, run, r, 4]
     return y
 
 
-def deinterleave_q4_0x8(y):
-    """interleave_q4_0 undone: Q4_0X8 [m/8, k/32] -> Q4_0 [m, k/32]."""
-    groups, nb = y.shape
-    w = np.empty((groups, GROUP, nb), Q4_0)
+def deinterleave(y):
+    """interleave undone: Q8_0X8 or Q4_0X8 [m/8, k/32] -> Q8_0 or Q4_0 [m, k/32]."""
+    (groups, nb), runs = y.shape, y.dtype["qs"].shape[0] // GROUP // 4
+    w = np.empty((groups, GROUP, nb), Q8_0 if y.dtype == Q8_0X8 else Q4_0)
     w["d"] = y["d"].transpose(0, 2, 1)
-    w["qs"] = y["qs"].reshape(groups, nb, 4, GROUP, 4).transpose(0, 3, 1, 2, 4).reshape(groups, GROUP, nb, QK // 2)
+    w["qs"] = y["qs"].reshape(groups, nb, runs, GROUP, 4).transpose(0, 3, 1, 2, 4).reshape(groups, GROUP, nb, runs * 4)
     return w.reshape(groups * GROUP, nb)
 
 
@@ -81,14 +88,14 @@ def bits_per_weight(name):
 
 
 def bytes_per_weight(w):
-    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0 (and Q4_0X8)."""
-    return w.itemsize / (QK * GROUP if w.dtype == Q4_0X8 else QK) if is_blocked(w) else w.itemsize
+    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0 (and their X8)."""
+    return w.itemsize / (QK * GROUP if is_interleaved(w) else QK) if is_blocked(w) else w.itemsize
 
 
 def quantize(w, name):
     """The matrix w [m, k] stored as type `name`. Block types need k % 32 == 0. w may already be of
     a weight type: as it is if that is `name`, else its values (dequantized) stored anew."""
-    if isinstance(w, np.ndarray) and w.dtype in (np.float16, BF16, Q8_0, Q4_0, Q4_0X8):
+    if isinstance(w, np.ndarray) and w.dtype in (np.float16, BF16, Q8_0, Q4_0, Q8_0X8, Q4_0X8):
         if type_of(w) == name:
             return w
         w = dequantize(w)
@@ -141,8 +148,8 @@ def dequantize(w):
         return w.astype(np.float32)
     if w.dtype == BF16:
         return (w["bf16"].astype(np.uint32) << 16).view(np.float32)
-    if w.dtype == Q4_0X8:
-        return dequantize(deinterleave_q4_0x8(w))
+    if is_interleaved(w):
+        return dequantize(deinterleave(w))
     if w.dtype == Q8_0:
         q = w["qs"].astype(np.float32)                                            # [..., k/32, 32]
     elif w.dtype == Q4_0:
