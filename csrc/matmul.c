@@ -21,6 +21,11 @@
    Q4_0 run an int8 GEMM on AVX512_VNNI (gemm_q8.c); otherwise the converted x is widened back to
    f32 and the f32 GEMM above runs, each weight panel widened to f32 just before it is packed.
 
+   Q8_0X8 and Q4_0X8 (rows interleaved by 8 at load, on AVX2: quant.h) take their own kernel at
+   any number of x rows: a group of 8 rows is one stream of memory and its 8 dot products come out
+   in one register's lanes; it outruns both the 4-row tiles (2x, one x row) and widening to f32 for
+   the GEMM (pp512). No software prefetch there: on AVX2 (Zen 4) the hardware's streams beat it.
+
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
    and the row tasks of all the weights make one job, one thread-pool round trip. */
 #include <stdlib.h>
