@@ -7,6 +7,10 @@ checkpoint (llama.cpp's tensor names and Q/K row order): the shape's random weig
 Hugging Face folder first, with a made-up byte-level BPE vocabulary of the shape's size (the 256
 bytes, then merges of two byte tokens), since llama.cpp will not load a model without one. Both
 programs read the same file; speed does not depend on the values.
+
+A masked-diffusion shape (LLaDA-8B/4) is saved in LLaDA's own layout (OLMo's names and config
+keys), so that convert writes a `llada` GGUF, the architecture llama.cpp's `llama-diffusion-cli`
+runs.
 """
 import argparse
 import json
@@ -15,7 +19,7 @@ import sys
 import tempfile
 
 from tinydiff.convert import FILE_TYPES, convert
-from tinydiff.engine.weights import HF_NAMES, random_weights
+from tinydiff.engine.weights import HF_NAMES, LLADA_NAMES, random_weights
 from tinydiff.formats.pretokenizer import BYTE_TO_CHAR
 from tinydiff.formats.safetensors import save_safetensors
 from tinydiff.measure.shapes import SHAPES, shape_config
@@ -42,20 +46,35 @@ def tokenizer_json(vocab_size):
                       "vocab": vocab, "merges": merges}}
 
 
+def llada_config(shape):
+    """A Llama-layout shape's config.json in LLaDA's keys (GSAI-ML/LLaDA-8B-Base's)."""
+    return dict(model_type="llada", architectures=["LLaDAModelLM"], d_model=shape["hidden_size"],
+                n_layers=shape["num_hidden_layers"], n_heads=shape["num_attention_heads"],
+                n_kv_heads=shape["num_key_value_heads"], mlp_hidden_size=shape["intermediate_size"],
+                embedding_size=shape["vocab_size"], vocab_size=shape["vocab_size"],
+                max_sequence_length=shape["max_position_embeddings"], rope_theta=shape.get("rope_theta", 10000.0),
+                rms_norm_eps=shape["rms_norm_eps"], weight_tying=shape["tie_word_embeddings"],
+                mask_token_id=shape["mask_token_id"], activation_type="silu", block_type="llama",
+                include_bias=False, include_qkv_bias=False, layer_norm_type="rms", rope=True)
+
+
 def hf_folder(name, folder, seed=0):
     """config.json, model.safetensors (f32) and tokenizer.json of the shape, in folder."""
     cfg = shape_config(name)
+    llada = SHAPES[name].get("mask_token_id") is not None
+    names = LLADA_NAMES if llada else HF_NAMES
     w = random_weights(cfg, seed)
-    tensors = {HF_NAMES["embed_tokens"]: w.embed_tokens, HF_NAMES["norm"]: w.norm}
+    tensors = {names["embed_tokens"]: w.embed_tokens, names["norm"]: w.norm}
     if w.lm_head is not w.embed_tokens:
-        tensors[HF_NAMES["lm_head"]] = w.lm_head
+        tensors[names["lm_head"]] = w.lm_head
     for i, lw in enumerate(w.layers):
         for field, a in vars(lw).items():
             if a is not None:
-                tensors[HF_NAMES["layer"].format(i=i) + HF_NAMES[field]] = a
+                tensors[names["layer"].format(i=i) + names[field]] = a
     save_safetensors(os.path.join(folder, "model.safetensors"), tensors)
-    config = {**SHAPES[name], "architectures": ["LlamaForCausalLM"], "torch_dtype": "float32",
-              "bos_token_id": 0, "eos_token_id": 1}
+    config = {**(llada_config(SHAPES[name]) if llada else SHAPES[name]),
+              **({} if llada else {"architectures": ["LlamaForCausalLM"]}),
+              "torch_dtype": "float32", "bos_token_id": 0, "eos_token_id": 1}
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
     with open(os.path.join(folder, "tokenizer.json"), "w") as f:
