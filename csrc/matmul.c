@@ -99,6 +99,44 @@ TD_AVX512 TD_INLINE void transpose_panel_avx512(const float *w, int64_t k, int64
         for (int64_t c = 0; c < 32; c++)
             wp[p * 32 + c] = c < cols ? w[c * k + p] : 0.0f;
 }
+
+/* r[8] (8 rows of 8 floats) transposed in registers: unpack 32-bit, shuffle 64-bit, then swap 128-bit halves */
+TD_AVX2 TD_INLINE void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);     /* a0 b0 a1 b1 | a4 b4 a5 b5 */
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]); /* a2 b2 a3 b3 | a6 b6 a7 b7 */
+    }
+    for (int i = 0; i < 2; i++) { /* rows a-d, then e-h: u[4i+j] = columns j | j+4 of those rows */
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        r[j + 4] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* pack_w of the AVX2 kernel (NR = 16) by 8x8 blocks, as transpose_panel_avx512 */
+TD_AVX2 TD_INLINE void transpose_panel_avx2(const float *w, int64_t k, int64_t cols, int64_t kc, float *wp)
+{
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8)
+        for (int64_t half = 0; half < 16; half += 8) {
+            __m256 r[8];
+            for (int64_t c = 0; c < 8; c++)
+                r[c] = half + c < cols ? _mm256_loadu_ps(w + (half + c) * k + p) : _mm256_setzero_ps();
+            transpose8(r);
+            for (int64_t j = 0; j < 8; j++)
+                _mm256_storeu_ps(wp + (p + j) * 16 + half, r[j]);
+        }
+    for (; p < kc; p++)
+        for (int64_t c = 0; c < 16; c++)
+            wp[p * 16 + c] = c < cols ? w[c * k + p] : 0.0f;
+}
 #endif
 
 #define TD_ISA_FILE "matmul_isa.h"

@@ -95,6 +95,8 @@ TARGET TD_INLINE void ISA(pack_w)(const float *w, int64_t k, int64_t cols, int64
 {
 #if VL == 16 && defined(__x86_64__)
     transpose_panel_avx512(w, k, cols, kc, wp);
+#elif VL == 8 && defined(__x86_64__)
+    transpose_panel_avx2(w, k, cols, kc, wp);
 #else
     for (int64_t c = 0; c < NR; c++)
         for (int64_t p = 0; p < kc; p++)
