@@ -87,7 +87,8 @@ struct type_traits {
 TD_INLINE void td_row_to_float(const struct type_traits *tt, const void *w, int64_t row_bytes, int64_t j,
                                int64_t p0, int64_t kc, float *y)
 {
-    const char *unit = (const char *)w + (j - j % tt->rows) * row_bytes + p0 / tt->blck_size * tt->type_size * tt->rows;
+    const char *unit = (const char *)w + (j - j % tt->rows) * row_bytes /* its group (or itself) */
+                       + p0 / tt->blck_size * tt->type_size * tt->rows;
     if (tt->rows == 1)
         tt->to_float(unit, y, kc);
     else

@@ -295,7 +295,8 @@ TARGET static float ISA(vec_dot_q4_0_q8_0)(int64_t k, const void *vw, const void
 
 /* f32 x (from_float NULL): x_to_float is never needed, the GEMM reads x itself */
 static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
-    [TD_F16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = ISA(f16_to_float), .x_blck_size = 1, .x_type_size = 4,
+    [TD_F16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = ISA(f16_to_float), .x_blck_size = 1,
+                .x_type_size = 4,
                 .vec_dot = ISA(vec_dot_f16)},
     [TD_BF16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = ISA(bf16_to_float), .x_blck_size = 1,
 #if VL == 16 /* x rounded to bf16 for vdpbf16ps */

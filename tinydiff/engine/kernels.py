@@ -50,7 +50,8 @@ PAGE = lib.TD_PAGE                 # keys per page of a paged KV cache (one bloc
 _rope_qk, _decode_layer, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_decode_layer, lib.td_rows_to_f32
 _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK),
-          quant.Q8_0X8: (lib.TD_Q8_0X8, quant.QK), quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK)}  # weight dtype: C type, k per element
+          quant.Q8_0X8: (lib.TD_Q8_0X8, quant.QK),
+          quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK)}  # weight dtype: C type, k per element
 
 
 def _count(n):
