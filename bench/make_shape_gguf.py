@@ -72,9 +72,8 @@ def hf_folder(name, folder, seed=0):
             if a is not None:
                 tensors[names["layer"].format(i=i) + names[field]] = a
     save_safetensors(os.path.join(folder, "model.safetensors"), tensors)
-    config = {**(llada_config(SHAPES[name]) if llada else SHAPES[name]),
-              **({} if llada else {"architectures": ["LlamaForCausalLM"]}),
-              "torch_dtype": "float32", "bos_token_id": 0, "eos_token_id": 1}
+    layout = llada_config(SHAPES[name]) if llada else {**SHAPES[name], "architectures": ["LlamaForCausalLM"]}
+    config = {**layout, "torch_dtype": "float32", "bos_token_id": 0, "eos_token_id": 1}
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
     with open(os.path.join(folder, "tokenizer.json"), "w") as f:

@@ -171,8 +171,10 @@ TARGET TD_INLINE void ISA(pack_w_typed)(const struct mm *a, int64_t j0, int64_t 
                                          float *wp)
 {
     float wt[NR * KC] __attribute__((aligned(64))); /* [NR][KC] the rows in f32 */
+    const struct type_traits *tt = a->tt;
+    const char *w = (const char *)a->w + j0 * a->row_bytes + p0 / tt->blck_size * tt->type_size;
     for (int64_t c = 0; c < cols; c++)
-        td_row_to_float(a->tt, a->w, a->row_bytes, j0 + c, p0, kc, wt + c * KC);
+        tt->to_float(w + c * a->row_bytes, wt + c * KC, kc);
     ISA(pack_w)(wt, KC, cols, kc, wp);
 }
 

@@ -589,6 +589,17 @@ int td_interleave(enum td_type type)
 #endif
 }
 
+/* weight row j of w (row_bytes a row, k numbers) as f32: an interleaved type's from its group */
+static void row_to_float(const struct type_traits *tt, const void *w, int64_t row_bytes, int64_t j, int64_t k,
+                         float *y)
+{
+    const char *unit = (const char *)w + (j - j % tt->rows) * row_bytes; /* its group, or itself */
+    if (tt->rows == 1)
+        tt->to_float(unit, y, k);
+    else
+        tt->to_float_lane(unit, (int)(j % tt->rows), y, k);
+}
+
 int td_rows_to_f32(enum td_type type, const void *w, int64_t m, int64_t k, const int64_t *rows, int64_t n, float *y)
 {
     const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
@@ -598,7 +609,7 @@ int td_rows_to_f32(enum td_type type, const void *w, int64_t m, int64_t k, const
             return -1;
     for (int64_t i = 0; i < n; i++) {
         if (tt)
-            td_row_to_float(tt, w, row_bytes, rows[i], 0, k, y + i * k);
+            row_to_float(tt, w, row_bytes, rows[i], k, y + i * k);
         else
             memcpy(y + i * k, (const char *)w + rows[i] * row_bytes, (size_t)row_bytes);
     }

@@ -83,18 +83,6 @@ struct type_traits {
     vec_dot_8xn_fn vec_dot_8xn;
 };
 
-/* numbers p0..p0+kc of weight row j of w (row_bytes a row) as f32; p0 a multiple of blck_size */
-TD_INLINE void td_row_to_float(const struct type_traits *tt, const void *w, int64_t row_bytes, int64_t j,
-                               int64_t p0, int64_t kc, float *y)
-{
-    const char *unit = (const char *)w + (j - j % tt->rows) * row_bytes /* its group (or itself) */
-                       + p0 / tt->blck_size * tt->type_size * tt->rows;
-    if (tt->rows == 1)
-        tt->to_float(unit, y, kc);
-    else
-        tt->to_float_lane(unit, (int)(j % tt->rows), y, kc);
-}
-
 /* the functions for the SIMD level in use (and the extensions it may use) */
 const struct type_traits *td_type_traits(enum td_type type);
 

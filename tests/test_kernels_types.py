@@ -1,4 +1,5 @@
-"""matmul with f16, bf16, Q8_0 and Q4_0 weights, on every SIMD path this CPU has.
+"""matmul with f16, bf16, Q8_0 and Q4_0 weights (and Q8_0X8 / Q4_0X8, their rows repacked by 8),
+on every SIMD path this CPU has.
 
 Two checks per call, with bounds derived, not tuned:
 - tight, against reference.matmul_exact (x converted exactly as the kernels convert it: Q8_0 for
