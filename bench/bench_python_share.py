@@ -10,8 +10,10 @@ so the share printed is slightly high. NumPy glue (KV stores, biases: only in pa
 more than one token) counts as Python here: it is outside our kernels.
 
 --diffusion MODEL: the same for the steps of a real denoising run (a 64-token answer to "Once upon
-a time" in --steps steps, every step a full-canvas pass): the sampler's scoring is NumPy, so it
-counts as Python, as it is time the kernels do not account for.
+a time" in --steps steps, every step a full-canvas pass): the sampler's scoring is NumPy around one
+C pass (softmax_stats), the NumPy part counted as Python. Beside it, the roofline's prediction
+for a step (the run's FLOPs and bytes from a ledger, `tinydiff roofline`'s machine) and the
+measured time over it: the wall time is from runs without a ledger open.
 """
 import argparse
 import time
@@ -20,6 +22,7 @@ import numpy as np
 
 import tinydiff
 from tinydiff.engine import kernels
+from tinydiff.measure.roofline import load_or_measure, predict_seconds
 from tinydiff.measure.shapes import random_model
 
 inside = [0.0]
@@ -36,7 +39,7 @@ def timed(fn):
 
 def wrap_kernels():
     for name in ("_matmuls", "_rmsnorm", "_rope", "_rope_qk", "_silu_mul", "_attention", "_decode_layer",
-                 "_rows_to_f32"):
+                 "_rows_to_f32", "_softmax_stats"):
         setattr(kernels, name, timed(getattr(kernels, name)))
 
 
@@ -52,6 +55,15 @@ def decode_seconds(model, n):
     return (time.perf_counter() - t0) / n, inside[0] / n
 
 
+def predicted_step_seconds(model, steps, roofline):
+    """The roofline's time for one step of that run: its FLOPs and bytes, booked by a ledger."""
+    ids = model.encode_prompt("Once upon a time")
+    with tinydiff.Ledger() as led:
+        model.denoise_ids(ids, 64, steps=steps, eos="keep")
+    t = led.total()
+    return predict_seconds(t["flops"], sum(t["bytes"].values()), roofline) / steps
+
+
 def diffusion_step_seconds(model, steps):
     """(wall seconds, seconds inside C) per denoising step of a 64-token answer."""
     ids = model.encode_prompt("Once upon a time")
@@ -63,7 +75,7 @@ def diffusion_step_seconds(model, steps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", nargs="+", default=["stories15M", "SmolLM2-135M"])
+    ap.add_argument("--shapes", nargs="*", default=["stories15M", "SmolLM2-135M"])
     ap.add_argument("--types", nargs="+", default=["f32"])
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-n", type=int, default=200)
@@ -81,13 +93,16 @@ def main():
             print(f"{shape:14s} {wtype:5s} {wall * 1e3:9.3f} {c * 1e3:8.3f} {(wall - c) * 1e3:8.3f} "
                   f"{(wall - c) / wall:6.1%}")
     if args.diffusion:
-        print(f"\n{'model':14s} {'steps':5s} {'ms/step':>9s} {'in C':>8s} {'Python':>8s} {'share':>6s}")
+        roofline = load_or_measure(args.threads)
+        print(f"\n{'model':14s} {'steps':5s} {'ms/step':>9s} {'in C':>8s} {'Python':>8s} {'share':>6s} "
+              f"{'predicted':>9s} {'meas/pred':>9s}")
     for name in args.diffusion:
         model = tinydiff.load(name)
         diffusion_step_seconds(model, args.steps)                       # warm up
         wall, c = min((diffusion_step_seconds(model, args.steps) for _ in range(3)), key=lambda r: r[0])
+        pred = predicted_step_seconds(model, args.steps, roofline)
         print(f"{name:14s} {args.steps:5d} {wall * 1e3:9.3f} {c * 1e3:8.3f} {(wall - c) * 1e3:8.3f} "
-              f"{(wall - c) / wall:6.1%}")
+              f"{(wall - c) / wall:6.1%} {pred * 1e3:9.3f} {wall / pred:9.2f}")
 
 
 if __name__ == "__main__":

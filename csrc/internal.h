@@ -77,6 +77,12 @@ typedef int32_t vi16 __attribute__((vector_size(64)));
 typedef uint32_t vu4 __attribute__((vector_size(16))); /* and uint32 (the bandwidth loop's sums) */
 typedef uint32_t vu8 __attribute__((vector_size(32)));
 typedef uint32_t vu16 __attribute__((vector_size(64)));
+typedef double vd2 __attribute__((vector_size(16))); /* float64 at the same widths (the scoring's softmax) */
+typedef double vd4 __attribute__((vector_size(32)));
+typedef double vd8 __attribute__((vector_size(64)));
+typedef int64_t vl2 __attribute__((vector_size(16))); /* and int64, for float64's bit tricks */
+typedef int64_t vl4 __attribute__((vector_size(32)));
+typedef int64_t vl8 __attribute__((vector_size(64)));
 
 /* memcpy makes unaligned loads and stores legal; compilers emit one vmovups / ldr */
 TD_INLINE vf4 load_vf4(const float *p) { vf4 v; memcpy(&v, p, sizeof v); return v; }
@@ -85,6 +91,9 @@ TD_INLINE vf16 load_vf16(const float *p) { vf16 v; memcpy(&v, p, sizeof v); retu
 TD_INLINE void store_vf4(float *p, vf4 v) { memcpy(p, &v, sizeof v); }
 TD_INLINE void store_vf8(float *p, vf8 v) { memcpy(p, &v, sizeof v); }
 TD_INLINE void store_vf16(float *p, vf16 v) { memcpy(p, &v, sizeof v); }
+TD_INLINE vd2 load_vd2(const double *p) { vd2 v; memcpy(&v, p, sizeof v); return v; }
+TD_INLINE vd4 load_vd4(const double *p) { vd4 v; memcpy(&v, p, sizeof v); return v; }
+TD_INLINE vd8 load_vd8(const double *p) { vd8 v; memcpy(&v, p, sizeof v); return v; }
 
 /* horizontal sums by halving; the halves taken in registers (a store and two half-width reloads
    would stall on store forwarding, ~20 cycles a sum) */

@@ -19,15 +19,17 @@
    on AVX2 and AVX512_VNNI), 4 weight rows by up to 4 x rows at once, each weight block made ready
    once for all the x rows and each x block once for the 4 weight rows. Many x rows: Q8_0 and
    Q4_0 run an int8 GEMM on AVX512_VNNI (gemm_q8.c); otherwise the converted x is widened back to
-   f32 and the f32 GEMM above runs, each weight panel widened to f32 just before it is packed.
+   f32 and the f32 GEMM above runs, each weight panel widened to f32 just before it is packed (on
+   AVX2, f16 and bf16 inside the packing transpose: 2-3% off a bf16 GEMM of the shipped models).
 
    Q8_0X8 and Q4_0X8 (rows interleaved by 8 at load, on AVX2: quant.h) take their own kernel at
    any number of x rows: a group of 8 rows is one stream of memory and its 8 dot products come out
    in one register's lanes; it outruns both the 4-row tiles (2x, one x row) and widening to f32 for
    the GEMM (pp512). No software prefetch there: on AVX2 (Zen 4) the hardware's streams beat it.
 
-   td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
-   and the row tasks of all the weights make one job, one thread-pool round trip. */
+   td_matmuls does several matmuls of one x (q/k/v, gate/up): x is converted once and the tasks of
+   all the weights make one job, one thread-pool round trip (few rows, and the f32 GEMM unless it
+   accumulates). */
 #include <stdlib.h>
 #include "quant.h"
 
@@ -44,7 +46,8 @@ struct mm {
     int64_t n, k, m;
     int64_t chunk;   /* gemm: x rows per task, a multiple of the tile height */
     int64_t nchunks; /* gemm: tasks per weight panel */
-    const struct type_traits *tt; /* the weights' type; NULL for f32 */
+    enum td_type type;            /* the weights' type */
+    const struct type_traits *tt; /* its traits; NULL for f32 */
     int64_t row_bytes;            /* of one weight row, for tt */
     const char *xc;               /* [n] x rows as tt's vec_dot wants them (few-rows path) */
     int64_t xc_bytes;             /* of one such row */
@@ -120,22 +123,44 @@ TD_AVX2 TD_INLINE void transpose8(__m256 r[8])
     }
 }
 
-/* pack_w of the AVX2 kernel (NR = 16) by 8x8 blocks, as transpose_panel_avx512 */
-TD_AVX2 TD_INLINE void transpose_panel_avx2(const float *w, int64_t k, int64_t cols, int64_t kc, float *wp)
+/* 8 numbers of a weight row from number p on, as f32: f32 rows, or bf16 / f16 widened (exactly) */
+TD_AVX2 TD_INLINE __m256 load8_avx2(const char *row, int64_t p, const enum td_type type)
+{
+    if (type == TD_F32)
+        return _mm256_loadu_ps((const float *)row + p);
+    __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * p));
+    return type == TD_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                           : _mm256_cvtph_ps(h);
+}
+
+TD_AVX2 TD_INLINE float load1_avx2(const char *row, int64_t p, const enum td_type type)
+{
+    uint16_t h;
+    if (type == TD_F32)
+        return ((const float *)row)[p];
+    memcpy(&h, row + 2 * p, 2);
+    return type == TD_BF16 ? bf16_to_fp32(h) : _cvtsh_ss(h);
+}
+
+/* pack_w of the AVX2 kernel (NR = 16) by 8x8 blocks, as transpose_panel_avx512, from rows of f32,
+   bf16 or f16 (row_bytes apart): 16-bit rows are widened in the registers the transpose takes,
+   never written out as f32 rows first */
+TD_AVX2 TD_INLINE void transpose_panel_avx2(const char *w, int64_t row_bytes, int64_t cols, int64_t kc, float *wp,
+                                            const enum td_type type)
 {
     int64_t p = 0;
     for (; p + 8 <= kc; p += 8)
         for (int64_t half = 0; half < 16; half += 8) {
             __m256 r[8];
             for (int64_t c = 0; c < 8; c++)
-                r[c] = half + c < cols ? _mm256_loadu_ps(w + (half + c) * k + p) : _mm256_setzero_ps();
+                r[c] = half + c < cols ? load8_avx2(w + (half + c) * row_bytes, p, type) : _mm256_setzero_ps();
             transpose8(r);
             for (int64_t j = 0; j < 8; j++)
                 _mm256_storeu_ps(wp + (p + j) * 16 + half, r[j]);
         }
     for (; p < kc; p++)
         for (int64_t c = 0; c < 16; c++)
-            wp[p * 16 + c] = c < cols ? w[c * k + p] : 0.0f;
+            wp[p * 16 + c] = c < cols ? load1_avx2(w + c * row_bytes, p, type) : 0.0f;
 }
 #endif
 
@@ -156,7 +181,7 @@ static int64_t plan_gemm(const struct mm_kernels *kern, struct mm *a)
 
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m)
 {
-    struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1};
+    struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .type = TD_F32};
     const struct mm_kernels *kern = TD_PICK(matmul_kernels);
     if (n == 0 || m == 0)
         return;
@@ -288,7 +313,7 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
 {
     const struct type_traits *tt = td_type_traits(type);
     const struct mm_kernels *kern = TD_PICK(matmul_kernels);
-    struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .tt = tt,
+    struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .type = type, .tt = tt,
                    .row_bytes = k / tt->blck_size * tt->type_size, .xc = (const char *)x, .xc_bytes = 4 * k};
     if (n == 0 || m == 0)
         return 0;
@@ -319,14 +344,14 @@ struct mms {
     struct mm a[TD_MATMULS_MAX];
     int64_t first[TD_MATMULS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
     int64_t nw;
-    td_range_fn rows;                  /* the few-rows kernel of the weights' type */
+    td_range_fn kernel;                /* the few-rows kernel of the weights' type, or the GEMM */
 };
 
-/* tasks [b, e) of the weights' row tasks laid end to end: each part run on its own weight */
-static void matmuls_rows(void *ctx, int64_t b, int64_t e)
+/* tasks [b, e) of the weights' tasks laid end to end: each part run on its own weight */
+static void matmuls_job(void *ctx, int64_t b, int64_t e)
 {
     struct mms *s = ctx;
-    td_run_end_to_end(s->rows, s->a, sizeof s->a[0], s->first, s->nw, b, e);
+    td_run_end_to_end(s->kernel, s->a, sizeof s->a[0], s->first, s->nw, b, e);
 }
 
 /* y[n,m] (+)= x @ w^T on the many-rows paths. Accumulating goes through a temporary so that y is
@@ -350,7 +375,8 @@ static int matmul_one(enum td_type type, const float *x, const void *w, float *y
     return r;
 }
 
-/* td_matmuls for up to TD_MATMULS_MAX weights of one type */
+/* td_matmuls for up to TD_MATMULS_MAX weights of one type: their tasks (the few-rows kernel's, or
+   the f32 GEMM's unless accumulating) laid end to end as one job, x converted once for all */
 static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws,
                            float **ys, const int64_t *ms, int accumulate)
 {
@@ -358,28 +384,32 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
     if (n > 0 && k > 0 && int8_gemm(type, n) && !accumulate) /* one job, x quantized once */
         return td_gemm_q8_vnni(type, x, n, k, nw, ws, ys, ms);
 #endif
-    if (n == 0 || k == 0 || f32_gemm(type, n) || int8_gemm(type, n)) { /* one after the other */
+    const int gemm = f32_gemm(type, n);
+    if (n == 0 || k == 0 || (gemm && accumulate) || int8_gemm(type, n)) { /* one after the other */
         for (int64_t j = 0; j < nw; j++)
             if (matmul_one(type, x, ws[j], ys[j], n, k, ms[j], accumulate))
                 return -1;
         return 0;
     }
     const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
-    struct mms s = {.nw = nw, .rows = tt ? matmul_rows_typed : TD_PICK(matmul_kernels)->rows};
+    const struct mm_kernels *kern = TD_PICK(matmul_kernels);
+    struct mms s = {.nw = nw, .kernel = gemm ? kern->gemm : tt ? matmul_rows_typed : kern->rows};
     for (int64_t j = 0; j < nw; j++) {
-        s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .tt = tt,
-                             .row_bytes = tt ? k / tt->blck_size * tt->type_size : 0, .xc = (const char *)x,
-                             .xc_bytes = 4 * k, .acc = accumulate};
-        s.first[j + 1] = s.first[j] + (ms[j] + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+        s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .type = type,
+                             .tt = tt, .row_bytes = tt ? k / tt->blck_size * tt->type_size : 0,
+                             .xc = (const char *)x, .xc_bytes = 4 * k, .acc = accumulate};
+        int64_t tasks = gemm ? plan_gemm(kern, &s.a[j]) : (ms[j] + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+        s.first[j + 1] = s.first[j] + tasks;
     }
     td_pool_enter();
-    if (tt && convert_x(&s.a[0], 0)) {
+    if (tt && convert_x(&s.a[0], gemm)) {
         td_pool_leave();
         return -1;
     }
     for (int64_t j = 1; j < nw; j++) /* x converted once for all */
-        s.a[j].xc = s.a[0].xc, s.a[j].xc_bytes = s.a[0].xc_bytes;
-    td_parallel_run(matmuls_rows, &s, s.first[nw], 2.0 * ROWS_PER_TASK * k * n);
+        s.a[j].x = s.a[0].x, s.a[j].xc = s.a[0].xc, s.a[j].xc_bytes = s.a[0].xc_bytes;
+    td_parallel_run(matmuls_job, &s, s.first[nw],
+                    gemm ? 2.0 * kern->nr * k * s.a[0].chunk : 2.0 * ROWS_PER_TASK * k * n);
     td_pool_leave();
     return 0;
 }

@@ -59,6 +59,11 @@ void td_rmsnorm_f32(const float *x, const float *w, float *y, int64_t n, int64_t
 
 /* y[n,d] = softmax of each row of x[n,d] */
 void td_softmax_f32(const float *x, float *y, int64_t n, int64_t d);
+/* For each row of z[n,V] (float64, at least one value finite; -inf where a token is ruled out), with
+   m its largest value: max[i] = m, arg[i] = where m first is (numpy's argmax), sum[i] = sum_j e^(z_j - m),
+   and if h is not NULL h[i] = sum_j e^(z_j - m) (z_j - m): the softmax's p_j = e^(z_j - m) / sum, its
+   entropy log(sum) - h / sum. In float64 throughout, e^ within ~2 ulp. */
+void td_softmax_stats_f64(const double *z, int64_t n, int64_t V, double *max, int64_t *arg, double *sum, double *h);
 
 /* x[n,heads,hd] rotated in place, rotate-half layout; angle = (float)pos[i] * inv_freq[hd/2].
    Allocates nothing: cannot fail. */

@@ -136,6 +136,37 @@ def test_softmax(n, d, seed):
     assert_close(K.softmax(x[0]), R.softmax(x[0]), R.softmax(x[0]), rtol=1e-5)
 
 
+@given(n=st.integers(1, 9), V=st.sampled_from([1, 2, 3, 7, 8, 9, 33, 2048, 2049]), seed=st.integers(0, 99),
+       ruled_out=st.integers(0, 5))
+def test_softmax_stats(level, n, V, seed, ruled_out):
+    """The sampler's float64 softmax sums against NumPy's: max and argmax exactly, the sums within
+    float64 rounding (terms in another order, e^ within 2 ulp), with -inf tokens adding nothing."""
+    z = np.random.default_rng(seed).standard_normal((n, V)) * 6
+    z[:, 1:1 + ruled_out] = -np.inf                                    # never the whole row
+    top, first, total, h = K.softmax_stats(z, entropy=True)
+    want = R.softmax_stats(z, entropy=True)
+    np.testing.assert_array_equal(top, want[0])
+    np.testing.assert_array_equal(first, want[1])
+    np.testing.assert_allclose(total, want[2], rtol=1e-14)
+    assert np.all(np.abs(h - want[3]) <= 1e-13 * (np.abs(want[3]) + want[2]))
+    assert K.softmax_stats(z)[3] is None
+
+
+def test_softmax_stats_exp_and_ties(level):
+    """e^x for x in [-708, 0] within 2 ulp of NumPy's (h / x of the row [0, x] is e^x itself), 0
+    below; the first of equal maxima is the argmax, as np.argmax says."""
+    x = np.concatenate([-np.geomspace(1e-12, 708, 3000), np.linspace(-708, -1e-3, 3000)])
+    _, _, total, h = K.softmax_stats(np.stack([np.zeros_like(x), x], 1), entropy=True)
+    np.testing.assert_allclose(h / x, np.exp(x), rtol=4.5e-16, atol=0)
+    np.testing.assert_allclose(total, 1 + np.exp(x), rtol=2.3e-16)    # the row [0, x]: 1 + e^x
+    below = K.softmax_stats(np.array([[0.0, -709.0, -745.0, -1e300, -np.inf]]), entropy=True)
+    assert below[2][0] == 1.0 and below[3][0] == 0.0
+    ties = np.array([[1.0, 3.0, 3.0, -np.inf, 3.0], [5.0, 5.0, 5.0, 5.0, 5.0]])
+    np.testing.assert_array_equal(K.softmax_stats(ties)[1], [1, 0])
+    with pytest.raises(ValueError, match="softmax_stats"):
+        K.softmax_stats(np.zeros(4))
+
+
 def test_exp_extremes(level):
     """The vector exp: -inf gives exactly 0, large arguments saturate instead of wrapping."""
     x = np.array([[0, -np.inf, 1, -1e30, -100, -87, 3, 4, 5, -np.inf, 7, 8, 9, 10, 11, 12, 13]], np.float32)

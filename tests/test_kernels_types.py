@@ -133,6 +133,15 @@ def test_gemm_panels_packed_in_registers_as_row_by_row(level, name, n):
     np.testing.assert_array_equal(K.matmul(x, q), by_row)
 
 
+@pytest.mark.parametrize("name", ["f16", "bf16"])
+@pytest.mark.parametrize("n,k", [(16, 7), (20, 256), (47, 300), (64, 520)])
+def test_gemm_of_16bit_weights_is_the_f32_gemm_of_them_widened(level, name, n, k):
+    """f16 and bf16 widen to f32 exactly, so their GEMM (the AVX2 one widens inside its panel
+    transpose, matmul.c) is the f32 GEMM of the widened weights, bit for bit, at any k and m."""
+    x, q = data(12, n, k), quant.quantize(data(13, 75, k), name)
+    np.testing.assert_array_equal(K.matmul(x, q), K.matmul(x_as_seen(x, name), quant.dequantize(q)))
+
+
 @pytest.mark.parametrize("name,weight", [("q8_0", 127), ("q4_0", -8)])
 @pytest.mark.parametrize("n", [1, 20])
 def test_x_quantized_exactly_as_quant_py(level, name, weight, n):

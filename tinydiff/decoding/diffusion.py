@@ -29,7 +29,8 @@ How many positions a step commits:
 
 Which positions (remasking), scored from p = softmax(logits) at temperature 1 in float64, taken
 after guidance and after the banned tokens are removed, before top-k/top-p (those only limit what
-can be drawn). This is LLaDA's choice for low_confidence (Dream scores the tempered distribution):
+can be drawn); each row's max, sum of e^(z - max) (and entropy sum) come from one C pass
+(kernels.softmax_stats, e^ within 2 ulp), p is never written out whole. This is LLaDA's choice for low_confidence (Dream scores the tempered distribution):
   low_confidence  p[chosen token]     margin  top-1 minus top-2 probability
   entropy         -entropy(p): the least uncertain position first        random  uniform
 alg_temp > 0 (Dream) draws the positions from softmax(confidence / alg_temp) without replacement
@@ -81,6 +82,7 @@ from typing import Optional
 import numpy as np
 
 from ..engine import cost, ledger
+from ..engine import kernels as K
 from ..engine.masks import BIDIRECTIONAL, CAUSAL
 from ..engine.transformer import canvas_pass, canvas_rows, source_rows
 from ..errors import UsageError, check_all, from_keywords, is_integer, is_number
@@ -496,8 +498,8 @@ def cfg_logits(cond, un, scale):
 
 def _predict(logits, o, rng, banned):
     """logits [B, m, V] of the m masked positions -> token [m], confidence [m], entropy [m] (float64;
-    the entropies NaN unless the rule or the remasking reads them, the one pass over p they cost
-    saved; low_confidence reads p at the token alone, the same numbers as p whole)."""
+    the entropies NaN unless the rule or the remasking reads them). The softmax at temperature 1 is
+    summed up by one C pass over each row (K.softmax_stats): p is never written out whole."""
     B, m, V = logits.shape
     ledger.book_sampling(cost.sampling(B * m, V))
     tokens, conf, entropy = np.empty(m, np.int64), np.empty(m), np.full(m, np.nan)
@@ -509,30 +511,22 @@ def _predict(logits, o, rng, banned):
         if B == 2:
             z = cfg_logits(z, logits[1, rows].astype(np.float64), o.cfg_scale)
         z[:, banned] = -np.inf
-        tok = (np.argmax(z, axis=-1) if o.temperature == 0 else
-               gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature, rng))
-        z -= z.max(axis=-1, keepdims=True)                           # softmax at temperature 1, in place
-        p = np.exp(z) if need_h else np.exp(z, out=z)                # [c, V] unnormalised
-        total = p.sum(axis=-1)                                       # [c]
-        if o.remasking == "low_confidence" and not need_h:
-            conf[rows] = p[np.arange(len(tok)), tok] / total
-        else:
-            p /= total[:, None]
-            if need_h:
-                z[:, banned] = 0.0                                   # p = 0 there: 0 * log 0 counts 0
-                entropy[rows] = np.log(total) - np.einsum("ij,ij->i", p, z)  # -sum p log p
-            conf[rows] = _confidence(o.remasking, p, tok, entropy[rows], rng)
+        top, first, total, h = K.softmax_stats(z, entropy=need_h)    # p = e^(z - top) / total  [c] each
+        tok = first if o.temperature == 0 else gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature, rng)
+        if need_h:
+            entropy[rows] = np.log(total) - h / total                # -sum p log p
+        conf[rows] = _confidence(o.remasking, z, top, total, tok, entropy[rows], rng)
         tokens[rows] = tok
     return tokens, conf, entropy
 
 
-def _confidence(remasking, p, tok, h, rng):
-    """Higher = commit sooner. p [c, V], tok [c], h [c] entropies."""
+def _confidence(remasking, z, top, total, tok, h, rng):
+    """Higher = commit sooner, from p = e^(z - top) / total: z [c, V], top total tok h [c]."""
     if remasking == "low_confidence":
-        return p[np.arange(len(tok)), tok]
+        return np.exp(z[np.arange(len(tok)), tok] - top) / total     # p[tok]
     if remasking == "margin":
-        top2 = np.partition(p, p.shape[-1] - 2, axis=-1)[:, -2:]     # [c, 2]: second, first
-        return top2[:, 1] - top2[:, 0]
+        second = np.partition(z, z.shape[-1] - 2, axis=-1)[:, -2]    # [c] the second largest z
+        return (1.0 - np.exp(second - top)) / total                  # top-1 minus top-2 probability
     if remasking == "entropy":
         return -h
     return rng.random(len(tok))

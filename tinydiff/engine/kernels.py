@@ -34,7 +34,7 @@ from .reference import physical_cores
 
 __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
            "simd", "simd_extensions",
-           "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "rope", "rope_qk", "silu_mul", "attention",
+           "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "softmax_stats", "rope", "rope_qk", "silu_mul", "attention",
            "DecodeLayer", "DecodeRun", "DecodeSeqs", "decode_layer"]
 
 ARM = platform.machine().lower() in ("aarch64", "arm64")
@@ -44,6 +44,7 @@ _ndarray = np.ndarray
 _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 us
 _shares = np.may_share_memory
 _matmuls, _rmsnorm, _softmax = lib.td_matmuls, lib.td_rmsnorm_f32, lib.td_softmax_f32
+_softmax_stats = lib.td_softmax_stats_f64
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
 _attention_paged = lib.td_attention_paged_f32
 PAGE = lib.TD_PAGE                 # keys per page of a paged KV cache (one block of the attention's)
@@ -263,6 +264,22 @@ def softmax(x, out=None):
     out = _out(out, x.shape, "softmax")
     _softmax(_p(x), _p(out), math.prod(x.shape[:-1]), x.shape[-1])
     return out
+
+
+def softmax_stats(z, entropy=False):
+    """The softmax of each row of z [n, V] in float64 (-inf for the tokens ruled out, never a whole
+    row), summed up in one pass: (top [n] the row's max, first [n] where it first is (argmax),
+    total [n] = sum e^(z - top), h [n] = sum e^(z - top) (z - top) if entropy else None), so that
+    p = e^(z - top) / total and its entropy is log(total) - h / total. e^ within ~2 ulp."""
+    z = np.ascontiguousarray(z, np.float64)
+    if z.ndim != 2 or z.shape[1] < 1:
+        raise ValueError(f"softmax_stats: z must be [n, V] with V >= 1, got {z.shape}")
+    n = len(z)
+    top, total, first = np.empty(n), np.empty(n), np.empty(n, np.int64)
+    h = np.empty(n) if entropy else None
+    _softmax_stats(_buf("double[]", z), n, z.shape[1], _buf("double[]", top), _buf("int64_t[]", first),
+                   _buf("double[]", total), _buf("double[]", h) if entropy else ffi.NULL)
+    return top, first, total, h
 
 
 def rope(x, pos, inv_freq, op="rope"):

@@ -85,6 +85,14 @@ def softmax(x, out=None):
     return _into(out, e / np.sum(e, axis=-1, keepdims=True))          # [n,d]
 
 
+def softmax_stats(z, entropy=False):
+    z = np.asarray(z, np.float64)                                      # [n,V] float64: the sampler's scores
+    top = np.max(z, axis=-1)                                           # [n]
+    d = np.maximum(z - top[:, None], -745.0)                           # [n,V] -inf adds 0, never NaN
+    e = np.exp(d)                                                      # [n,V]
+    return top, np.argmax(z, axis=-1), e.sum(-1), (e * d).sum(-1) if entropy else None
+
+
 def rope(x, pos, inv_freq):
     half = x.shape[-1] // 2
     angle = np.asarray(pos).astype(np.float32)[:, None] * np.asarray(inv_freq, np.float32)  # [n,hd/2]
