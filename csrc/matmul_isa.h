@@ -150,7 +150,8 @@ TARGET TD_INLINE void ISA(gemm_edge)(const float *x, int64_t ldx, const float *w
         memcpy(y + r * ldy, yt + r * NR, sizeof(float) * cols);
 }
 
-/* y[0:rows, 0:cols] (+)= x[0:rows, 0:kc] @ wp: MR-row tiles, then MR_REST-row tiles for what is left */
+/* y[0:rows, 0:cols] (+)= x[0:rows, 0:kc] @ wp: MR-row tiles, then MR_REST-row tiles, then one of the
+   1 to MR_REST - 1 rows left; only a panel cut by the matrix edge (cols < NR) goes through copies */
 TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
                                      int64_t ldy, int add, int64_t rows, int64_t cols)
 {
@@ -159,6 +160,13 @@ TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *w
         ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, MR);
     for (; i + MR_REST <= rows && cols == NR; i += MR_REST)
         ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, MR_REST);
+    if (i < rows && cols == NR) {
+        switch (rows - i) { /* a constant tile height each */
+#define TILE(r) case r: ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, r); return;
+        TILE(1) TILE(2) TILE(3)
+#undef TILE
+        }
+    }
     for (; i < rows; i += MR_REST) {
         int64_t r = rows - i < MR_REST ? rows - i : MR_REST;
         ISA(gemm_edge)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, r, cols, MR_REST);
