@@ -27,9 +27,8 @@
    in one register's lanes; it outruns both the 4-row tiles (2x, one x row) and widening to f32 for
    the GEMM (pp512). No software prefetch there: on AVX2 (Zen 4) the hardware's streams beat it.
 
-   td_matmuls does several matmuls of one x (q/k/v, gate/up): x is converted once and the tasks of
-   all the weights make one job, one thread-pool round trip (few rows, and the f32 GEMM unless it
-   accumulates). */
+   td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
+   and the row tasks of all the weights make one job, one thread-pool round trip. */
 #include <stdlib.h>
 #include "quant.h"
 
@@ -344,14 +343,14 @@ struct mms {
     struct mm a[TD_MATMULS_MAX];
     int64_t first[TD_MATMULS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
     int64_t nw;
-    td_range_fn kernel;                /* the few-rows kernel of the weights' type, or the GEMM */
+    td_range_fn rows;                  /* the few-rows kernel of the weights' type */
 };
 
-/* tasks [b, e) of the weights' tasks laid end to end: each part run on its own weight */
-static void matmuls_job(void *ctx, int64_t b, int64_t e)
+/* tasks [b, e) of the weights' row tasks laid end to end: each part run on its own weight */
+static void matmuls_rows(void *ctx, int64_t b, int64_t e)
 {
     struct mms *s = ctx;
-    td_run_end_to_end(s->kernel, s->a, sizeof s->a[0], s->first, s->nw, b, e);
+    td_run_end_to_end(s->rows, s->a, sizeof s->a[0], s->first, s->nw, b, e);
 }
 
 /* y[n,m] (+)= x @ w^T on the many-rows paths. Accumulating goes through a temporary so that y is
@@ -375,8 +374,7 @@ static int matmul_one(enum td_type type, const float *x, const void *w, float *y
     return r;
 }
 
-/* td_matmuls for up to TD_MATMULS_MAX weights of one type: their tasks (the few-rows kernel's, or
-   the f32 GEMM's unless accumulating) laid end to end as one job, x converted once for all */
+/* td_matmuls for up to TD_MATMULS_MAX weights of one type */
 static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws,
                            float **ys, const int64_t *ms, int accumulate)
 {
@@ -384,32 +382,28 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
     if (n > 0 && k > 0 && int8_gemm(type, n) && !accumulate) /* one job, x quantized once */
         return td_gemm_q8_vnni(type, x, n, k, nw, ws, ys, ms);
 #endif
-    const int gemm = f32_gemm(type, n);
-    if (n == 0 || k == 0 || (gemm && accumulate) || int8_gemm(type, n)) { /* one after the other */
+    if (n == 0 || k == 0 || f32_gemm(type, n) || int8_gemm(type, n)) { /* one after the other */
         for (int64_t j = 0; j < nw; j++)
             if (matmul_one(type, x, ws[j], ys[j], n, k, ms[j], accumulate))
                 return -1;
         return 0;
     }
     const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
-    const struct mm_kernels *kern = TD_PICK(matmul_kernels);
-    struct mms s = {.nw = nw, .kernel = gemm ? kern->gemm : tt ? matmul_rows_typed : kern->rows};
+    struct mms s = {.nw = nw, .rows = tt ? matmul_rows_typed : TD_PICK(matmul_kernels)->rows};
     for (int64_t j = 0; j < nw; j++) {
         s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .type = type,
                              .tt = tt, .row_bytes = tt ? k / tt->blck_size * tt->type_size : 0,
                              .xc = (const char *)x, .xc_bytes = 4 * k, .acc = accumulate};
-        int64_t tasks = gemm ? plan_gemm(kern, &s.a[j]) : (ms[j] + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
-        s.first[j + 1] = s.first[j] + tasks;
+        s.first[j + 1] = s.first[j] + (ms[j] + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     }
     td_pool_enter();
-    if (tt && convert_x(&s.a[0], gemm)) {
+    if (tt && convert_x(&s.a[0], 0)) {
         td_pool_leave();
         return -1;
     }
     for (int64_t j = 1; j < nw; j++) /* x converted once for all */
-        s.a[j].x = s.a[0].x, s.a[j].xc = s.a[0].xc, s.a[j].xc_bytes = s.a[0].xc_bytes;
-    td_parallel_run(matmuls_job, &s, s.first[nw],
-                    gemm ? 2.0 * kern->nr * k * s.a[0].chunk : 2.0 * ROWS_PER_TASK * k * n);
+        s.a[j].xc = s.a[0].xc, s.a[j].xc_bytes = s.a[0].xc_bytes;
+    td_parallel_run(matmuls_rows, &s, s.first[nw], 2.0 * ROWS_PER_TASK * k * n);
     td_pool_leave();
     return 0;
 }
