@@ -153,11 +153,15 @@ TARGET TD_INLINE void ISA(gemm_edge)(const float *x, int64_t ldx, const float *w
 /* y[0:rows, 0:cols] (+)= x[0:rows, 0:kc] @ wp: MR-row tiles, then MR_REST-row tiles, then one of the
    1 to MR_REST - 1 rows left; only a panel cut by the matrix edge (cols < NR) goes through copies */
 TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
-                                     int64_t ldy, int add, int64_t rows, int64_t cols)
+                                     int64_t ldy, int add, int64_t rows, int64_t cols, const struct ahead *next)
 {
-    int64_t i = 0;
-    for (; i + MR <= rows && cols == NR; i += MR)
+    int64_t i = 0, tiles = rows / MR;
+    if (tiles == 0)
+        prefetch_part(next, 0, 1);
+    for (; i + MR <= rows && cols == NR; i += MR) {
+        prefetch_part(next, i / MR, tiles); /* a slice of the next panel's lines per tile */
         ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, MR);
+    }
     for (; i + MR_REST <= rows && cols == NR; i += MR_REST)
         ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, MR_REST);
     if (i < rows && cols == NR) {
@@ -207,7 +211,13 @@ TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
                 ISA(pack_w_typed)(a, j0, cols, p0, kc, wp);
             else
                 ISA(pack_w)((const float *)a->w + j0 * k + p0, k, cols, kc, wp);
-            ISA(gemm_rows)(a->x + i0 * k + p0, k, wp, kc, a->y + i0 * m + j0, m, p0 > 0, i1 - i0, cols);
+            struct ahead next = {0}; /* the weights the next k chunk, or the next task's panel, reads */
+            int64_t jn = (t + 1) / a->nchunks * NR;
+            if (p0 + KC < k)
+                next = weights_ahead(a, j0, cols, p0 + KC, k - p0 - KC < KC ? k - p0 - KC : KC);
+            else if (t + 1 < e && jn != j0)
+                next = weights_ahead(a, jn, m - jn < NR ? m - jn : NR, 0, k < KC ? k : KC);
+            ISA(gemm_rows)(a->x + i0 * k + p0, k, wp, kc, a->y + i0 * m + j0, m, p0 > 0, i1 - i0, cols, &next);
         }
     }
 }
