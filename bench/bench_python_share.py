@@ -12,8 +12,9 @@ more than one token) counts as Python here: it is outside our kernels.
 --diffusion MODEL: the same for the steps of a real denoising run (a 64-token answer to "Once upon
 a time" in --steps steps, every step a full-canvas pass): the sampler's scoring is NumPy around one
 C pass (softmax_stats), the NumPy part counted as Python. Beside it, the roofline's prediction
-for a step (the run's FLOPs and bytes from a ledger, `tinydiff roofline`'s machine) and the
-measured time over it: the wall time is from runs without a ledger open.
+for a step (the run's FLOPs and bytes from a ledger, the machine measured in this run, as
+`tinydiff roofline --remeasure` measures it: a cached one may be from a faster or slower hour of a
+shared machine) and the measured time over it; the wall time is from runs without a ledger open.
 """
 import argparse
 import time
@@ -22,7 +23,7 @@ import numpy as np
 
 import tinydiff
 from tinydiff.engine import kernels
-from tinydiff.measure.roofline import load_or_measure, predict_seconds
+from tinydiff.measure.roofline import measure, predict_seconds
 from tinydiff.measure.shapes import random_model
 
 inside = [0.0]
@@ -93,8 +94,9 @@ def main():
             print(f"{shape:14s} {wtype:5s} {wall * 1e3:9.3f} {c * 1e3:8.3f} {(wall - c) * 1e3:8.3f} "
                   f"{(wall - c) / wall:6.1%}")
     if args.diffusion:
-        roofline = load_or_measure(args.threads)
-        print(f"\n{'model':14s} {'steps':5s} {'ms/step':>9s} {'in C':>8s} {'Python':>8s} {'share':>6s} "
+        roofline = measure(args.threads)
+        print(f"\nroofline, measured now: {roofline.peak_gflops:.1f} GFLOP/s, {roofline.mem_gbs:.1f} GB/s")
+        print(f"{'model':14s} {'steps':5s} {'ms/step':>9s} {'in C':>8s} {'Python':>8s} {'share':>6s} "
               f"{'predicted':>9s} {'meas/pred':>9s}")
     for name in args.diffusion:
         model = tinydiff.load(name)
