@@ -36,6 +36,7 @@
 #define KC 256 /* k per packed panel */
 #define ROWS_PER_TASK 16
 #define GEMM_MIN_ROWS 16 /* below this many x rows, the register tiles beat packing the weights */
+#define GEMM_16BIT_MIN_ROWS 4 /* f16 / bf16: the tiles widen a weight row once per x row, the GEMM once */
 #define GEMM_Q8_MIN_ROWS 4 /* the int8 GEMM's panels are bytes, cheap to pack: it wins from 3-4 rows */
 #define PREFETCH_BYTES 4096 /* typed few-rows path: how far ahead of the row being read to prefetch */
 
@@ -334,10 +335,14 @@ static int int8_gemm(enum td_type type, int64_t n)
 #endif
 }
 
-/* the f32 GEMM (typed weights widened to f32), from GEMM_MIN_ROWS x rows; never the X8 types,
-   whose int8 kernels beat it at any n (pp512 2.5k against 2.2k t/s, stories42M Q4_0, AVX2) */
+/* the f32 GEMM (typed weights widened to f32), from GEMM_MIN_ROWS x rows (f16 and bf16 from
+   GEMM_16BIT_MIN_ROWS: a SmolLM2-135M-shaped bf16 model decodes 8 sequences 1.3-1.6x faster so,
+   4 at 1.1-1.25x, AVX2); never the X8 types, whose int8 kernels beat it at any n (pp512 2.5k
+   against 2.2k t/s, stories42M Q4_0, AVX2) */
 static int f32_gemm(enum td_type type, int64_t n)
 {
+    if (type == TD_F16 || type == TD_BF16)
+        return n >= GEMM_16BIT_MIN_ROWS;
     return n >= GEMM_MIN_ROWS && (type == TD_F32 || td_type_traits(type)->rows == 1);
 }
 

@@ -10,8 +10,9 @@ Two checks per call, with bounds derived, not tuned:
   converting x may cost, |x - x'| <= 0.57 d_x per number for Q8_0 (half a step, and d_x's f16
   rounding over 127 steps), 2^-8 |x| for bf16. This catches an x converted wrong in both the
   kernels and matmul_exact.
-Sizes: n = 1, n below the GEMM thresholds (4 rows for the int8 GEMM, 12 for the others), above; k a multiple of 32 for the block
-types (32 included; 288 and more cross a 256-number panel); m odd and across the 32-row panels.
+Sizes: n = 1, n below the GEMM thresholds (4 rows for the int8 GEMM and f16/bf16, 16 for the others),
+above; k a multiple of 32 for the block types (32 included; 288 and more cross a 256-number panel);
+m odd and across the 32-row panels.
 """
 import threading
 
