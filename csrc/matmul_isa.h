@@ -71,7 +71,9 @@ TARGET TD_INLINE void ISA(dot_tiles)(const float *x, const float *w, int64_t k, 
 }
 
 /* tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e) against every x row: FEW_RW weight
-   rows at a time, read from memory once and kept in L1 while the x rows pass by FEW_RX at a time */
+   rows at a time, read from memory once and kept in L1 while the x rows pass by FEW_RX at a time.
+   Several x rows: each x tile prefetches a slice of the group two ahead (matmul.c); one x row: the
+   tile itself prefetches the next group as it goes (4-row tiles), or nothing (AVX2's one row) */
 TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
 {
     const struct mm *a = ctx;
@@ -79,11 +81,16 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
     const int tile_rw = a->n == 1 ? ONE_X_RW : FEW_RW;
     for (int64_t j = b * ROWS_PER_TASK; j < j1; j += tile_rw) {
         int rw = j1 - j < tile_rw ? (int)(j1 - j) : tile_rw;
+        const int64_t tiles = (a->n + FEW_RX - 1) / FEW_RX, jn = j + 2 * FEW_RW; /* the group 2 ahead */
+        const int64_t ahead_rows = a->n > 1 && jn < m ? (m - jn < FEW_RW ? m - jn : FEW_RW) : 0;
+        const struct ahead next = {.w = (const char *)((const float *)a->w + jn * k), .row_bytes = 4 * k,
+                                   .bytes = 4 * k, .rows = ahead_rows};
         for (int64_t i = 0; i < a->n; i += FEW_RX) {
             int rx = a->n - i < FEW_RX ? (int)(a->n - i) : FEW_RX;
             float s[FEW_RX * FEW_RW];
             const float *w = (const float *)a->w + j * k;
-            ISA(dot_tiles)(a->x + i * k, w, k, s, rx, rw, i == 0 && rw == FEW_RW ? w + FEW_RW * k : NULL);
+            prefetch_part(&next, i / FEW_RX, tiles);
+            ISA(dot_tiles)(a->x + i * k, w, k, s, rx, rw, a->n == 1 && rw == FEW_RW ? w + FEW_RW * k : NULL);
             for (int r = 0; r < rx; r++)
                 for (int c = 0; c < rw; c++) {
                     float *y = a->y + (i + r) * m + j + c;
