@@ -11,13 +11,6 @@ struct rows {
     float eps;
 };
 
-struct stats {
-    const double *z; /* [n,V] */
-    int64_t V;
-    double *max, *sum, *h; /* [n] each; h may be NULL */
-    int64_t *arg;          /* [n] */
-};
-
 #define TD_ISA_FILE "norm_isa.h"
 #include "foreach_isa.h"
 
@@ -31,10 +24,4 @@ void td_softmax_f32(const float *x, float *y, int64_t n, int64_t d)
 {
     struct rows a = {.x = x, .y = y, .d = d};
     td_parallel_for(TD_PICK(softmax_rows), &a, n, 8.0 * d);
-}
-
-void td_softmax_stats_f64(const double *z, int64_t n, int64_t V, double *max, int64_t *arg, double *sum, double *h)
-{
-    struct stats a = {.z = z, .V = V, .max = max, .sum = sum, .h = h, .arg = arg};
-    td_parallel_for(TD_PICK(softmax_stats_rows), &a, n, 30.0 * V);
 }

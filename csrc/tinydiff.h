@@ -64,6 +64,10 @@ void td_softmax_f32(const float *x, float *y, int64_t n, int64_t d);
    and if h is not NULL h[i] = sum_j e^(z_j - m) (z_j - m): the softmax's p_j = e^(z_j - m) / sum, its
    entropy log(sum) - h / sum. In float64 throughout, e^ within ~2 ulp. */
 void td_softmax_stats_f64(const double *z, int64_t n, int64_t V, double *max, int64_t *arg, double *sum, double *h);
+/* arg[i] = argmax_j z[i,j] / temperature - log(-log(1 - u[i,j])) for z[n,V] (float64, -inf where a
+   token is ruled out) and uniforms u[n,V] in [0, 1): the Gumbel-max draw of NumPy's gumbel noise made
+   from those uniforms (sampling.c); the first of equal maxima; a u of 0 gives its token no chance. */
+void td_gumbel_max_f64(const double *z, const double *u, int64_t n, int64_t V, double temperature, int64_t *arg);
 
 /* x[n,heads,hd] rotated in place, rotate-half layout; angle = (float)pos[i] * inv_freq[hd/2].
    Allocates nothing: cannot fail. */

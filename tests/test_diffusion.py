@@ -15,6 +15,7 @@ import pytest
 
 import tinydiff
 from tinydiff.decoding import diffusion as D
+from tinydiff.decoding import sampling as S
 from tinydiff.decoding.diffusion import Denoised, Step
 from tinydiff.decoding.visual import MASK_CHAR, LiveView
 from tinydiff.errors import UsageError
@@ -229,6 +230,24 @@ def test_gumbel_noise_is_drawn_per_position():
     outs = [run(explicit(same), gen_length=8, steps=1, temperature=1.0, seed=s)[1].ids for s in range(10)]
     assert any(len(set(o)) == 2 for o in outs)       # shared noise would give all-equal rows
     assert outs[3] == run(explicit(same), gen_length=8, steps=1, temperature=1.0, seed=3)[1].ids
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_a_step_chooses_as_the_numpy_rules_say(temperature):
+    """_predict over rows in several 4 MiB chunks (2^17 tokens: 4 rows a chunk) against the rules
+    in plain NumPy: argmax, or Gumbel-max with rng.gumbel's noise, the banned token never, and
+    p[token] = softmax(z)[token] in float64 as the confidence."""
+    V, m = 2**17, 9
+    logits = np.random.default_rng(1).standard_normal((1, m, V)).astype(np.float32) * 3
+    o = D.Options(temperature=temperature, seed=5)
+    tokens, conf, _ = D._predict(logits, o, np.random.default_rng(5), [7])
+    z = logits[0].astype(np.float64)
+    z[:, 7] = -np.inf
+    rng = np.random.default_rng(5)
+    want = [np.argmax(row) if temperature == 0 else S.gumbel_max(row[None], temperature, rng)[0] for row in z]
+    np.testing.assert_array_equal(tokens, want)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(conf, (p / p.sum(-1, keepdims=True))[np.arange(m), want], rtol=1e-13)
 
 
 def test_sampling_follows_the_tempered_distribution():

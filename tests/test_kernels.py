@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tinydiff.decoding import sampling as S
 from tinydiff.engine import kernels as K
 from tinydiff.engine import reference as R
 from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL, block_causal
@@ -165,6 +166,36 @@ def test_softmax_stats_exp_and_ties(level):
     np.testing.assert_array_equal(K.softmax_stats(ties)[1], [1, 0])
     with pytest.raises(ValueError, match="softmax_stats"):
         K.softmax_stats(np.zeros(4))
+
+
+@given(n=st.integers(1, 6), V=st.sampled_from([1, 2, 3, 7, 8, 9, 33, 1000]), seed=st.integers(0, 99),
+       temperature=st.sampled_from([0.1, 0.7, 1.0, 3.0]))
+def test_gumbel_max_draws_what_numpy_gumbel_draws(level, n, V, seed, temperature):
+    """The C Gumbel-max from rng.random's uniforms picks what argmax(z / T + rng.gumbel(...)) picks
+    with the same seed (decoding/sampling.py's gumbel_max), -inf tokens never."""
+    z = np.random.default_rng(seed).standard_normal((n, V)) * 4
+    z[:, 1:3] = -np.inf
+    want = S.gumbel_max(z, temperature, np.random.default_rng(seed + 1))
+    np.testing.assert_array_equal(K.gumbel_max(z, temperature, np.random.default_rng(seed + 1).random(z.shape)), want)
+
+
+def test_gumbel_max_log_within_4_ulp(level):
+    """Two tokens whose scores z / T + g differ by 4 ulp of their size, by NumPy's logs: the C
+    draw takes the larger every time, so its two logs are that close to libm's; over uniforms
+    from 1e-12 to 1 - 1e-12. A uniform of 0 (NumPy draws again) leaves its token out; ties go to
+    the first, as np.argmax."""
+    rng = np.random.default_rng(0)
+    u = rng.random((20000, 2))
+    u[:200, 0], u[200:400, 1] = rng.random(200) * 1e-12, 1 - rng.random(200) * 1e-12
+    g = -np.log(-np.log(1.0 - u))
+    margin = 4 * 2.0**-52 * np.maximum(np.abs(g).max(1), 1.0)
+    for sign in (1, -1):
+        z = np.stack([np.zeros(len(u)), g[:, 0] - g[:, 1] + sign * margin], 1)
+        np.testing.assert_array_equal(K.gumbel_max(z, 1.0, u), np.full(len(u), int(sign > 0)))
+    assert K.gumbel_max(np.array([[5.0, 0.0]]), 1.0, np.array([[0.0, 0.5]]))[0] == 1
+    assert K.gumbel_max(np.zeros((1, 9)), 1.0, np.full((1, 9), 0.5))[0] == 0
+    with pytest.raises(ValueError, match="gumbel_max"):
+        K.gumbel_max(np.zeros((2, 3)), 0.0, np.zeros((2, 3)))
 
 
 def test_exp_extremes(level):

@@ -39,8 +39,11 @@ alg_temp > 0 (Dream) draws the positions from softmax(confidence / alg_temp) wit
 Which token: temperature 0 is argmax, exactly and deterministically. temperature > 0 draws every
 position independently by Gumbel-max, argmax(logits / T + g) with g ~ Gumbel(0, 1) in float64 for
 every position and token (LLaDA notes that low-precision Gumbel noise hurts quality); top-k and
-top-p first restrict the token set, in tinydiff.decoding.sampling's order. The mask token is never chosen
-(a committed mask would look masked again); with eos="suppress" neither are the EOS ids.
+top-p first restrict the token set, in tinydiff.decoding.sampling's order. g is made in C
+(kernels.gumbel_max) from the uniforms NumPy's rng.gumbel would make it from, by its formula: the
+draws are sampling.gumbel_max's with the same rng, in a third of its time (choosing 119 positions
+of a 126k vocabulary: 80 ms against 290 on 2 cores). The mask token is never chosen (a committed
+mask would look masked again); with eos="suppress" neither are the EOS ids.
 
 cfg_scale > 0 is classifier-free guidance: a second canvas row with the prompt replaced by masks
 runs in the same forward pass (batch of 2), and logits = un + (cfg_scale + 1) * (cond - un).
@@ -86,7 +89,7 @@ from ..engine import kernels as K
 from ..engine.masks import BIDIRECTIONAL, CAUSAL
 from ..engine.transformer import canvas_pass, canvas_rows, source_rows
 from ..errors import UsageError, check_all, from_keywords, is_integer, is_number
-from .sampling import gumbel_max, restrict
+from .sampling import restrict
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
 SCHEDULES = ("uniform", "timestep")
@@ -505,14 +508,18 @@ def _predict(logits, o, rng, banned):
     tokens, conf, entropy = np.empty(m, np.int64), np.empty(m), np.full(m, np.nan)
     need_h = o.entropy_bound is not None or o.remasking == "entropy"
     chunk = max(1, CHUNK_BYTES // (8 * V))
+    z_rows = np.empty((min(m, chunk), V))                            # a chunk's logits in float64, reused
+    u_rows = np.empty((min(m, chunk), V)) if o.temperature else None  # and its uniforms (Gumbel-max)
     for i in range(0, m, chunk):
         rows = slice(i, i + chunk)
-        z = logits[0, rows].astype(np.float64)                       # [c, V]
+        z = z_rows[:min(m - i, chunk)]                               # [c, V]
+        np.copyto(z, logits[0, rows])
         if B == 2:
             z = cfg_logits(z, logits[1, rows].astype(np.float64), o.cfg_scale)
         z[:, banned] = -np.inf
         top, first, total, h = K.softmax_stats(z, entropy=need_h)    # p = e^(z - top) / total  [c] each
-        tok = first if o.temperature == 0 else gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature, rng)
+        tok = first if o.temperature == 0 else K.gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature,
+                                                            rng.random(out=u_rows[:len(z)]))  # rng.gumbel's
         if need_h:
             entropy[rows] = np.log(total) - h / total                # -sum p log p
         conf[rows] = _confidence(o.remasking, z, top, total, tok, entropy[rows], rng)

@@ -34,7 +34,7 @@ from .reference import physical_cores
 
 __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
            "simd", "simd_extensions",
-           "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "softmax_stats", "rope", "rope_qk", "silu_mul", "attention",
+           "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "softmax_stats", "gumbel_max", "rope", "rope_qk", "silu_mul", "attention",
            "DecodeLayer", "DecodeRun", "DecodeSeqs", "decode_layer"]
 
 ARM = platform.machine().lower() in ("aarch64", "arm64")
@@ -44,7 +44,7 @@ _ndarray = np.ndarray
 _buf = ffi.from_buffer  # ~0.1 us; ffi.cast("float *", a.ctypes.data) costs ~1 us
 _shares = np.may_share_memory
 _matmuls, _rmsnorm, _softmax = lib.td_matmuls, lib.td_rmsnorm_f32, lib.td_softmax_f32
-_softmax_stats = lib.td_softmax_stats_f64
+_softmax_stats, _gumbel_max = lib.td_softmax_stats_f64, lib.td_gumbel_max_f64
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
 _attention_paged = lib.td_attention_paged_f32
 PAGE = lib.TD_PAGE                 # keys per page of a paged KV cache (one block of the attention's)
@@ -280,6 +280,21 @@ def softmax_stats(z, entropy=False):
     _softmax_stats(_buf("double[]", z), n, z.shape[1], _buf("double[]", top), _buf("int64_t[]", first),
                    _buf("double[]", total), _buf("double[]", h) if entropy else ffi.NULL)
     return top, first, total, h
+
+
+def gumbel_max(z, temperature, u):
+    """One token per row of z [n, V] (float64 logits, -inf for the tokens ruled out), drawn from
+    softmax(z / temperature) by Gumbel-max: argmax(z / temperature + g), g = -log(-log(1 - u)) from
+    the uniforms u [n, V] in [0, 1) (rng.random(z.shape): the numbers rng.gumbel(size=z.shape)
+    would have made, so the draw is tinydiff.decoding.sampling.gumbel_max's with that rng)."""
+    z, u = np.ascontiguousarray(z, np.float64), np.ascontiguousarray(u, np.float64)
+    if z.ndim != 2 or z.shape[1] < 1 or u.shape != z.shape or not temperature > 0:
+        raise ValueError(f"gumbel_max: z {z.shape} and u {u.shape} must be the same [n, V], temperature > 0 "
+                         f"(got {temperature!r})")
+    tok = np.empty(len(z), np.int64)
+    _gumbel_max(_buf("double[]", z), _buf("double[]", u), len(z), z.shape[1], float(temperature),
+                _buf("int64_t[]", tok))
+    return tok
 
 
 def rope(x, pos, inv_freq, op="rope"):
