@@ -62,22 +62,27 @@ struct mm {
    panels (some us of arithmetic apart), so without it every panel starts with misses to L3 or
    memory: 10-20% of a shipped model's layer GEMMs, whose 10 MB of weights cycle through L3. */
 struct ahead {
-    const char *w; /* the first row's first byte wanted */
-    int64_t row_bytes, bytes, rows;
+    const char *w;          /* the first row's first byte wanted */
+    int64_t row_bytes;      /* between rows */
+    int64_t lines, rows;    /* cache lines a row, rows */
+    int64_t row, line;      /* the next line to prefetch */
 };
 
-/* part i of n of the region's cache lines, prefetched (into L2, where the packing reads them) */
-TD_INLINE void prefetch_part(const struct ahead *a, int64_t i, int64_t n)
+/* the next count lines of the region (fewer at its end), prefetched into L2, where the packing
+   reads them; count is worked out once a panel, so the tiles pay no division */
+TD_INLINE void prefetch_next(struct ahead *a, int64_t count)
 {
-    if (a->rows == 0)
-        return;
-    const int64_t lines = (a->bytes + 63) / 64, total = a->rows * lines;
-    int64_t l = total * i / n, end = total * (i + 1) / n, row = l / lines, at = l % lines * 64;
-    for (; l < end; l++) {
-        __builtin_prefetch(a->w + row * a->row_bytes + at, 0, 2);
-        if ((at += 64) == lines * 64)
-            row++, at = 0;
+    for (; count > 0 && a->row < a->rows; count--) {
+        __builtin_prefetch(a->w + a->row * a->row_bytes + a->line * 64, 0, 2);
+        if (++a->line == a->lines)
+            a->row++, a->line = 0;
     }
+}
+
+/* the lines of a each of `slices` calls of prefetch_next takes, so that they cover it */
+TD_INLINE int64_t ahead_slice(const struct ahead *a, int64_t slices)
+{
+    return slices < 1 ? a->rows * a->lines : (a->rows * a->lines + slices - 1) / slices;
 }
 
 /* the bytes of weight rows j0..j0+rows, numbers p0..p0+kc, as a region to prefetch */
@@ -86,7 +91,7 @@ static struct ahead weights_ahead(const struct mm *a, int64_t j0, int64_t rows, 
     const int64_t row_bytes = a->tt ? a->row_bytes : 4 * a->k;
     const int64_t per = a->tt ? a->tt->type_size : 4, blck = a->tt ? a->tt->blck_size : 1; /* bytes a block */
     return (struct ahead){.w = (const char *)a->w + j0 * row_bytes + p0 / blck * per, .row_bytes = row_bytes,
-                          .bytes = kc / blck * per, .rows = rows};
+                          .lines = (kc / blck * per + 63) / 64, .rows = rows};
 }
 
 struct mm_kernels {

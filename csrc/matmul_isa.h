@@ -81,16 +81,20 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
     const int tile_rw = a->n == 1 ? ONE_X_RW : FEW_RW;
     for (int64_t j = b * ROWS_PER_TASK; j < j1; j += tile_rw) {
         int rw = j1 - j < tile_rw ? (int)(j1 - j) : tile_rw;
-        const int64_t tiles = (a->n + FEW_RX - 1) / FEW_RX, jn = j + 2 * FEW_RW; /* the group 2 ahead */
+        const int64_t jn = j + 2 * FEW_RW; /* the group 2 ahead: its rows are one run of memory */
         const int64_t ahead_rows = a->n > 1 && jn < m ? (m - jn < FEW_RW ? m - jn : FEW_RW) : 0;
-        const struct ahead next = {.w = (const char *)((const float *)a->w + jn * k), .row_bytes = 4 * k,
-                                   .bytes = 4 * k, .rows = ahead_rows};
+        struct ahead next = {.w = (const char *)((const float *)a->w + jn * k), .lines = (ahead_rows * 4 * k + 63) / 64,
+                             .rows = ahead_rows > 0};
+        const int64_t slice = ahead_slice(&next, (a->n + FEW_RX - 1) / FEW_RX);
         for (int64_t i = 0; i < a->n; i += FEW_RX) {
             int rx = a->n - i < FEW_RX ? (int)(a->n - i) : FEW_RX;
             float s[FEW_RX * FEW_RW];
             const float *w = (const float *)a->w + j * k;
-            prefetch_part(&next, i / FEW_RX, tiles);
-            ISA(dot_tiles)(a->x + i * k, w, k, s, rx, rw, a->n == 1 && rw == FEW_RW ? w + FEW_RW * k : NULL);
+            prefetch_next(&next, slice);
+            if (a->n == 1 && rw == FEW_RW) /* two copies, so that the other's prefetch test folds away */
+                ISA(dot_tiles)(a->x + i * k, w, k, s, rx, rw, w + FEW_RW * k);
+            else
+                ISA(dot_tiles)(a->x + i * k, w, k, s, rx, rw, NULL);
             for (int r = 0; r < rx; r++)
                 for (int c = 0; c < rw; c++) {
                     float *y = a->y + (i + r) * m + j + c;
@@ -160,13 +164,14 @@ TARGET TD_INLINE void ISA(gemm_edge)(const float *x, int64_t ldx, const float *w
 /* y[0:rows, 0:cols] (+)= x[0:rows, 0:kc] @ wp: MR-row tiles, then MR_REST-row tiles, then one of the
    1 to MR_REST - 1 rows left; only a panel cut by the matrix edge (cols < NR) goes through copies */
 TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
-                                     int64_t ldy, int add, int64_t rows, int64_t cols, const struct ahead *next)
+                                     int64_t ldy, int add, int64_t rows, int64_t cols, struct ahead *next)
 {
-    int64_t i = 0, tiles = rows / MR;
-    if (tiles == 0)
-        prefetch_part(next, 0, 1);
+    int64_t i = 0;
+    const int64_t slice = ahead_slice(next, rows / MR); /* all at once if there is no MR tile */
+    if (rows < MR)
+        prefetch_next(next, slice);
     for (; i + MR <= rows && cols == NR; i += MR) {
-        prefetch_part(next, i / MR, tiles); /* a slice of the next panel's lines per tile */
+        prefetch_next(next, slice); /* a slice of the next panel's lines per tile */
         ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, MR);
     }
     for (; i + MR_REST <= rows && cols == NR; i += MR_REST)
