@@ -122,45 +122,38 @@ TARGET TD_INLINE VD ISA(gumbel_scores)(VD z, VD u, double temperature)
 
 /* each row of the job: argmax_j z_j / T + g_j, g_j = -log(-log(1 - u_j)), the first of equal
    maxima as np.argmax; z_j = -inf never wins. u_j = 0 (NumPy draws again there, 2^-53 of draws)
-   gives g_j = -inf: that token sits this draw out. Each lane keeps its best and where it is; two
-   vectors a step, whose logs (two divisions each) overlap; the tail padded with -inf. */
+   gives g_j = -inf: that token sits this draw out. Each lane keeps its best and where it is; the
+   tail goes through one vector padded with -inf. */
 TARGET static void ISA(gumbel_max_rows)(void *ctx, int64_t b, int64_t e)
 {
     const struct rows64 *a = ctx;
     const int64_t V = a->V;
-    const double T = a->temperature;
     for (int64_t i = b; i < e; i++) {
         const double *z = a->z + i * V, *u = a->u + i * V;
-        VD best[2] = {(VD){0} - __builtin_inf(), (VD){0} - __builtin_inf()};
-        VDI where[2] = {{0}, {0}}, at;
+        VD best = (VD){0} - __builtin_inf();
+        VDI where = {0}, at;
         for (int l = 0; l < DL; l++)
             at[l] = l;
-        int64_t j = 0;
-        for (; j + 2 * DL <= V; j += 2 * DL, at += 2 * DL)
-            for (int h = 0; h < 2; h++) {
-                const VD t = ISA(gumbel_scores)(TD_CAT(load_, VD)(z + j + h * DL), TD_CAT(load_, VD)(u + j + h * DL), T);
-                const VDI gt = t > best[h];
-                best[h] = (VD)((gt & (VDI)t) | (~gt & (VDI)best[h]));
-                where[h] = (gt & (at + h * DL)) | (~gt & where[h]);
-            }
-        for (; j < V; j += DL, at += DL) {
+        for (int64_t j = 0; j < V; j += DL, at += DL) {
             double zt[DL], ut[DL]; /* the last values, -inf past V */
-            for (int l = 0; l < DL; l++)
+            for (int l = 0; j + DL > V && l < DL; l++)
                 zt[l] = j + l < V ? z[j + l] : -__builtin_inf(), ut[l] = j + l < V ? u[j + l] : 0.5;
-            const VD t = ISA(gumbel_scores)(TD_CAT(load_, VD)(zt), TD_CAT(load_, VD)(ut), T);
-            const VDI gt = t > best[0];
-            best[0] = (VD)((gt & (VDI)t) | (~gt & (VDI)best[0]));
-            where[0] = (gt & at) | (~gt & where[0]);
+            const int whole = j + DL <= V;
+            const VD t = ISA(gumbel_scores)(TD_CAT(load_, VD)(whole ? z + j : zt),
+                                            TD_CAT(load_, VD)(whole ? u + j : ut), a->temperature);
+            const VDI gt = t > best;
+            best = (VD)((gt & (VDI)t) | (~gt & (VDI)best));
+            where = (gt & at) | (~gt & where);
         }
         int64_t arg = 0;
         double top = -__builtin_inf();
-        for (int h = 0; h < 2; h++)
-            for (int l = 0; l < DL; l++)
-                if (best[h][l] > top || (best[h][l] == top && where[h][l] < arg))
-                    top = best[h][l], arg = where[h][l];
+        for (int l = 0; l < DL; l++)
+            if (best[l] > top || (best[l] == top && where[l] < arg))
+                top = best[l], arg = where[l];
         a->arg[i] = arg;
     }
 }
+
 #undef VD
 #undef VDI
 #undef DL
