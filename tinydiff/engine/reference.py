@@ -93,6 +93,13 @@ def softmax_stats(z, entropy=False):
     return top, np.argmax(z, axis=-1), e.sum(-1), (e * d).sum(-1) if entropy else None
 
 
+def gumbel_max(z, temperature, u):
+    z, u = np.asarray(z, np.float64), np.asarray(u, np.float64)       # [n,V] each, float64
+    with np.errstate(divide="ignore"):                                 # u = 0: log(-log 1) = -inf
+        g = np.where(u > 0, -np.log(-np.log(1.0 - u)), -np.inf)        # [n,V] Gumbel noise from u
+    return np.argmax(z / temperature + g, axis=-1)                     # [n]
+
+
 def rope(x, pos, inv_freq):
     half = x.shape[-1] // 2
     angle = np.asarray(pos).astype(np.float32)[:, None] * np.asarray(inv_freq, np.float32)  # [n,hd/2]
