@@ -79,10 +79,11 @@ TD_INLINE void prefetch_next(struct ahead *a, int64_t count)
     }
 }
 
-/* the lines of a each of `slices` calls of prefetch_next takes, so that they cover it */
+/* the lines of a each of `slices` calls of prefetch_next takes, so that they cover it (no division
+   for one call: one x row's tiles ask for it once a weight row) */
 TD_INLINE int64_t ahead_slice(const struct ahead *a, int64_t slices)
 {
-    return slices < 1 ? a->rows * a->lines : (a->rows * a->lines + slices - 1) / slices;
+    return slices <= 1 ? a->rows * a->lines : (a->rows * a->lines + slices - 1) / slices;
 }
 
 /* the bytes of weight rows j0..j0+rows, numbers p0..p0+kc, as a region to prefetch */

@@ -81,10 +81,9 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
     const int tile_rw = a->n == 1 ? ONE_X_RW : FEW_RW;
     for (int64_t j = b * ROWS_PER_TASK; j < j1; j += tile_rw) {
         int rw = j1 - j < tile_rw ? (int)(j1 - j) : tile_rw;
-        const int64_t jn = j + 2 * FEW_RW; /* the group 2 ahead: its rows are one run of memory */
-        const int64_t ahead_rows = a->n > 1 && jn < m ? (m - jn < FEW_RW ? m - jn : FEW_RW) : 0;
-        struct ahead next = {.w = (const char *)((const float *)a->w + jn * k), .lines = (ahead_rows * 4 * k + 63) / 64,
-                             .rows = ahead_rows > 0};
+        const int64_t jn = j + 2 * FEW_RW; /* the group 2 ahead (one x row: none) */
+        struct ahead next = a->n > 1 && jn < m ? weights_ahead(a, jn, m - jn < FEW_RW ? m - jn : FEW_RW, 0, k)
+                                               : (struct ahead){0};
         const int64_t slice = ahead_slice(&next, (a->n + FEW_RX - 1) / FEW_RX);
         for (int64_t i = 0; i < a->n; i += FEW_RX) {
             int rx = a->n - i < FEW_RX ? (int)(a->n - i) : FEW_RX;

@@ -34,7 +34,8 @@ from .reference import physical_cores
 
 __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
            "simd", "simd_extensions",
-           "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "softmax_stats", "gumbel_max", "rope", "rope_qk", "silu_mul", "attention",
+           "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "softmax_stats", "gumbel_max", "rope",
+           "rope_qk", "silu_mul", "attention",
            "DecodeLayer", "DecodeRun", "DecodeSeqs", "decode_layer"]
 
 ARM = platform.machine().lower() in ("aarch64", "arm64")
