@@ -279,6 +279,47 @@ def test_pack_epoch_paragraph_starts():
     assert 1 not in cut and 8 not in cut                    # no story kept its first paragraph
 
 
+def test_pack_epoch_unit_ends():
+    """--unit-ends 1: every sequence is seq_len tokens of the epoch's stories joined whole, ending
+    where a story ends (its EOT) or a paragraph ends (a newline follows in the story); 0 packs as before."""
+    NL, EOT_ = 99, 98
+    stories = [np.array([1, 2, NL, 3, 4, NL, 5, EOT_]), np.array([6, 7, EOT_]), np.array([8, NL, 9, 9, 9, EOT_]),
+               np.array([10, 11, 12, NL, 13, EOT_])]
+    plain = train.pack_epoch(stories, 4, seed=0, epoch=0)
+    assert np.array_equal(plain, train.pack_epoch(stories, 4, seed=0, epoch=0, newline=NL, unit_ends=0.0, eot=EOT_))
+    for epoch in range(5):
+        order = np.random.default_rng([0, epoch]).permutation(len(stories))
+        stream = np.concatenate([stories[i] for i in order]).tolist()
+        rows = train.pack_epoch(stories, 4, seed=0, epoch=epoch, newline=NL, unit_ends=0.999999, eot=EOT_)
+        assert len(rows) == len(plain)
+        for row in rows.tolist():
+            at = [i for i in range(len(stream) - 3) if stream[i:i + 4] == row]
+            assert at, row                                   # a piece of the joined stories
+            assert any(row[-1] == EOT_ or (stream[i + 4:i + 5] == [NL] and row[-1] != NL) for i in at)
+            assert row[-1] != NL
+
+
+def test_unit_ends_run_records_it_and_a_resume_must_keep_it(data, tmp_path):
+    pytest.importorskip("torch")
+    run(data, tmp_path / "u", "--unit-ends", "0.5", "--tokens", "1280", "--stop-after", "5", objective="mdm")
+    assert json.load(open(tmp_path / "u" / "args.json"))["unit_ends"] == 0.5
+    with pytest.raises(UsageError, match=r"--resume: --unit-ends 0.25 differs from the run's 0.5"):
+        run(data, tmp_path / "u", "--unit-ends", "0.25", "--tokens", "1280", "--resume", objective="mdm")
+    run(data, tmp_path / "u", "--tokens", "1280", "--resume", objective="mdm")
+    assert [int(r["step"]) for r in log_rows(tmp_path / "u")] == [0, 10]
+
+
+def test_unit_end_positions_and_val_windows():
+    NL, EOT_ = 99, 98
+    stream = np.array([1, 2, NL, 3, 4, EOT_, 5, NL, NL, 6, 7, 8, EOT_, 9, 10, 11, 12, 13, 14, EOT_])
+    ends = train.unit_end_positions(stream, EOT_, NL)
+    assert ends.tolist() == [1, 5, 6, 12, 19]
+    assert np.array_equal(train.val_windows(stream, 5, 20), stream[:20].reshape(4, 5))
+    w = train.val_windows(stream, 5, 20, unit_ends=0.5, ends=ends)
+    # windows 1 and 3 of 0..3 move back to the last unit end inside them; 0 and 2 stay
+    assert w.tolist() == [stream[0:5].tolist(), stream[2:7].tolist(), stream[10:15].tolist(), stream[15:20].tolist()]
+
+
 def test_regularised_run_resumes_exactly_and_refuses_other_settings(data, tmp_path):
     torch = pytest.importorskip("torch")
     extra = ("--dropout", "0.1", "--input-mask", "0.1", "--tokens", "1280")
@@ -298,7 +339,8 @@ def test_regularised_run_resumes_exactly_and_refuses_other_settings(data, tmp_pa
 
 @pytest.mark.parametrize("extra,words", [
     (("--dropout", "1"), "--dropout must be in [0, 1)"), (("--input-mask", "-0.1"), "--input-mask must be in"),
-    (("--paragraph-starts", "2"), "--paragraph-starts must be in"),
+    (("--paragraph-starts", "2"), "--paragraph-starts must be in"), (("--unit-ends", "1"), "--unit-ends must be in"),
+    (("--unit-ends", "0.5"), "--unit-ends is for the bidirectional objectives"),
 ])
 def test_regulariser_flags_are_checked(data, tmp_path, extra, words):
     with pytest.raises(UsageError, match=re.escape(words)):
@@ -325,6 +367,20 @@ def test_refuses_existing_out(data, tmp_path):
         run(data, out)
     with pytest.raises(UsageError, match="no checkpoint"):
         run(data, out, "--resume")
+
+
+def test_resume_takes_objective_and_data_from_the_run(data, tmp_path):
+    """--resume needs only --out: the objective, data and validation file are the run's own;
+    without --resume they are required, in one line."""
+    pytest.importorskip("torch")
+    p = __import__("argparse").ArgumentParser()
+    train.add_train_arguments(p)
+    with pytest.raises(UsageError, match="--data is required"):
+        train.run_train(p.parse_args(["--objective", "ar", "--val", data[1], "--out", str(tmp_path / "y")]))
+    assert not (tmp_path / "y").exists()
+    run(data, tmp_path / "x", "--stop-after", "10", "--tokens", "2560", objective="mdm")
+    train.run_train(p.parse_args(["--out", str(tmp_path / "x"), "--resume", "--threads", "1"]))
+    assert [int(r["step"]) for r in log_rows(tmp_path / "x")] == [0, 10, 20]
 
 
 def test_without_torch_says_how_to_install(data, tmp_path, monkeypatch):

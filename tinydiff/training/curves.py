@@ -38,11 +38,13 @@ def run_curve(out):
         raise UsageError(f"{out}: args.json has no {missing[0]!r}; is it a tinydiff train run folder?")
     if settings["objective"] == "mlm15":
         raise UsageError(f"{out}: an mlm15 run's loss is per chosen token, not a bound on the text")
-    from .train import encode_data, val_windows  # the trainer's own reading of its data
+    from . import train  # the trainer's own reading of its data
     enc = bpe.BPE(_read_json(os.path.join(out, "tokenizer.json")))
-    train_ids, val_ids = encode_data(enc, corpus.load_stories(settings["data"]), corpus.load_stories([settings["val"]]))
+    train_ids, val_ids = train.encode_data(enc, corpus.load_stories(settings["data"]), corpus.load_stories([settings["val"]]))
     train_tokens = sum(map(len, train_ids))
-    windows = val_windows(val_ids, settings["seq_len"], settings["eval_tokens"])
+    unit_ends = settings.get("unit_ends", 0.0)
+    ends = train.unit_end_positions(val_ids, enc.specials[train.EOT], enc.encode("\n")[0]) if unit_ends else None
+    windows = train.val_windows(val_ids, settings["seq_len"], settings["eval_tokens"], unit_ends, ends)
     bytes_per_token = len(enc.decode(windows.ravel().tolist()).encode("utf-8")) / windows.size
     try:
         with open(os.path.join(out, "log.csv"), newline="") as f:
