@@ -488,6 +488,22 @@ def test_curves_put_runs_on_one_axis_in_epochs_and_bits_per_byte(data, ar_run, t
         curves.run_curve(str(tmp_path / "bert"))
 
 
+def test_curves_continue_a_run_started_from_another_runs_export(data, ar_run, tmp_path):
+    """--init RUN/model of the same objective: the curve's epochs go on from the export's (the best
+    evaluation's tokens); from another objective's export they start at 0."""
+    from tinydiff.training import curves
+    run(data, tmp_path / "m1", "--tokens", "1280", objective="mdm")
+    run(data, tmp_path / "m2", "--tokens", "1280", "--unit-ends", "0.5", "--init", str(tmp_path / "m1" / "model"),
+        objective="mdm")
+    first, second = curves.run_curve(str(tmp_path / "m1")), curves.run_curve(str(tmp_path / "m2"))
+    best = min(log_rows(tmp_path / "m1"), key=lambda r: float(r["val_loss"]))
+    assert first[0][0] == 0 and second[0][0] == pytest.approx(first[[r["step"] for r in log_rows(
+        tmp_path / "m1")].index(best["step"])][0])
+    assert second[0][0] > 0 and [x for x, _ in second] == sorted(x for x, _ in second)
+    run(data, tmp_path / "m3", "--tokens", "1280", "--init", str(ar_run / "model"), objective="mdm")
+    assert curves.run_curve(str(tmp_path / "m3"))[0][0] == 0
+
+
 def test_curves_refuse_what_is_not_a_run(tmp_path):
     from tinydiff.training import curves
     with pytest.raises(UsageError, match="cannot read"):

@@ -7,10 +7,11 @@ A run folder is what `tinydiff train` writes (args.json, tokenizer.json, log.csv
 validation nats per token at each evaluation; its args.json names the training and validation
 files, which are read again (from where they were) to turn tokens into epochs (training tokens
 seen / tokens in the training stories) and nats per token into bits per byte (the validation
-windows' tokens / their UTF-8 bytes). An AR run's curve is its exact NLL, a masked-diffusion run's
-its ELBO, a block run's its block ELBO plus the clean half's next-token loss (an upper bound
-twice over, drawn for the shape of the curve); an mlm15 run's loss is per chosen token, no bound
-on the text, and is refused.
+windows' tokens / their UTF-8 bytes). A run started (--init) from another run's export of the
+same objective continues its curve: its epochs count from that export's. An AR run's curve is its
+exact NLL, a masked-diffusion run's its ELBO, a block run's its block ELBO plus the clean half's
+next-token loss (an upper bound twice over, drawn for the shape of the curve); an mlm15 run's loss
+is per chosen token, no bound on the text, and is refused.
 """
 import csv
 import json
@@ -46,14 +47,38 @@ def run_curve(out):
     ends = train.unit_end_positions(val_ids, enc.specials[train.EOT], enc.encode("\n")[0]) if unit_ends else None
     windows = train.val_windows(val_ids, settings["seq_len"], settings["eval_tokens"], unit_ends, ends)
     bytes_per_token = len(enc.decode(windows.ravel().tolist()).encode("utf-8")) / windows.size
-    try:
-        with open(os.path.join(out, "log.csv"), newline="") as f:
-            rows = [r for r in csv.DictReader(f) if r.get("val_loss")]
-    except OSError as e:
-        raise UsageError(f"{out}: cannot read log.csv ({e.strerror})") from None
+    rows = _log_rows(out)
     if not rows:
         raise UsageError(f"{out}: log.csv holds no validation loss yet")
-    return [(int(r["tokens"]) / train_tokens, float(r["val_loss"]) / math.log(2) / bytes_per_token) for r in rows]
+    before = _tokens_before(settings)
+    return [((before + int(r["tokens"])) / train_tokens, float(r["val_loss"]) / math.log(2) / bytes_per_token)
+            for r in rows]
+
+
+def _log_rows(out):
+    try:
+        with open(os.path.join(out, "log.csv"), newline="") as f:
+            return [r for r in csv.DictReader(f) if r.get("val_loss")]
+    except OSError as e:
+        raise UsageError(f"{out}: cannot read log.csv ({e.strerror})") from None
+
+
+def _tokens_before(settings, depth=0):
+    """Training tokens of the same objective before a run that continues another (--init from a
+    run's export, RUN/model, or from a folder that keeps its run's args.json and log.csv): the
+    tokens at the evaluation whose model was exported (the best), and those before that run."""
+    init = settings.get("init")
+    if not init or depth > 32:
+        return 0
+    for folder in (init, os.path.dirname(os.path.normpath(init))):
+        if os.path.exists(os.path.join(folder, "args.json")) and os.path.exists(os.path.join(folder, "log.csv")):
+            prev = _read_json(os.path.join(folder, "args.json"))
+            rows = _log_rows(folder)
+            if prev.get("objective") != settings.get("objective") or not rows:
+                return 0
+            best = min(rows, key=lambda r: float(r["val_loss"]))
+            return int(best["tokens"]) + _tokens_before(prev, depth + 1)
+    return 0
 
 
 def _read_json(path):
