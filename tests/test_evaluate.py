@@ -436,6 +436,11 @@ def test_command_judge_sweep_and_against(mdm_dir, data, capsys):
     assert all(r["perplexity"] > 1 and len(r["texts"]) == 2 for r in d["rows"])
     run("-m", mdm_dir, "--judge", AR, "--samples", 2, "--gen-length", 8, "--steps", 4)
     assert "judge ppl" in capsys.readouterr().out
+    run("-m", mdm_dir, "--judge", AR, "--samples", 2, "--gen-length", 8, "--steps", 8, "--entropy-bound", "none,50",
+        "--json")
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["threshold"], r["entropy_bound"]) for r in rows] == [(None, None), (None, 50.0)]
+    assert rows[0]["passes_per_sample"] == 8 and rows[1]["passes_per_sample"] == 1   # a bound no step reaches
     run("-m", AR, "--against", OTHER, "--data", data)
     assert "KL(ref || model)" in capsys.readouterr().out
 
@@ -484,6 +489,9 @@ def test_bad_input_is_one_line_naming_what_is_wrong(tmp_path, data, mdm_dir, wid
          ["-m", AR, "--against", wide_vocab, "--data", data]),
         (UsageError, "compares autoregressive models", ["-m", mdm_dir, "--against", AR, "--data", data]),
         (UsageError, "one of --judge", ["-m", mdm_dir, "--against", AR, "--judge", AR]),
+        (UsageError, "give --threshold or --entropy-bound, not both",
+         ["-m", mdm_dir, "--judge", AR, "--threshold", "0.9", "--entropy-bound", "1"]),
+        (UsageError, "entropy_bound must be >= 0", ["-m", mdm_dir, "--judge", AR, "--entropy-bound", "-1"]),
         (ModelError, "neither causal nor with a mask token", ["-m", no_mask_dir, "--data", data]),
         (ModelError, "not a model folder", ["-m", tmp_path / "nowhere", "--data", data]),
     ]

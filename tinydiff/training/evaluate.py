@@ -62,9 +62,9 @@ EOS; the AR judge scores the generated tokens given the opening, perplexity = ex
 tokens). Low perplexity is easy for a degenerate sample ("the the the"), so each row also reports
 the samples' unigram entropy: bits per token of each sample's empirical token distribution (EOS left
 out), averaged over samples (as MDLM reports it), and rep4, the share of a sample's 4-grams it had
-already written (loops). Steps, threshold and temperature take comma lists; every combination is
-one row, and sample i uses the same seed in every row. With --data, a reference row scores the
-first N held-out stories the same way: gen_length tokens given the story's first 4. --from-nothing:
+already written (loops). Steps, threshold (or entropy bound) and temperature take comma lists;
+every combination is one row, and sample i uses the same seed in every row. With --data, a
+reference row scores the first N held-out stories the same way: gen_length tokens given the story's first 4. --from-nothing:
 no opening; a bidirectional model fills an all-mask canvas, an AR model continues an EOT.
 
 --infill RATES: in each paragraph of the first --max-stories stories (default 300), that share of
@@ -145,6 +145,8 @@ def add_eval_arguments(p):
                    help="denoising steps, comma list (default: one per token)")
     g.add_argument("--threshold", type=_list_of(float, allow_none=True), default=[None],
                    help="Fast-dLLM threshold, comma list, 'none' = off (default none)")
+    g.add_argument("--entropy-bound", type=_list_of(float, allow_none=True), default=[None],
+                   help="EB-sampler's entropy bound, comma list, 'none' = off (default none; not with --threshold)")
     g.add_argument("--temp", type=_list_of(float), default=[1.0],
                    help="sampling temperature, comma list (default 1: the model's own distribution)")
     g.add_argument("--block", type=int, default=None, help="block length (default: one block)")
@@ -588,19 +590,20 @@ def from_nothing(model, n, gen_length, seed, **options):
 
 
 def generative_perplexity(model, judge, n, gen_length, steps=(None,), thresholds=(None,), temps=(1.0,),
-                          seed=0, block_length=None, remasking="low_confidence", nothing=False):
-    """One JudgeRow per combination of steps x threshold x temperature; nothing: from_nothing's
-    samples instead of continued openings."""
+                          seed=0, block_length=None, remasking="low_confidence", nothing=False, bounds=(None,)):
+    """One JudgeRow per combination of steps x rule x temperature, the rules the thresholds, or
+    (given instead) the entropy bounds; nothing: from_nothing's samples instead of continued openings."""
     rows = []
-    for s, th, temp in itertools.product(steps, thresholds, temps):
+    rules = [(th, None) for th in thresholds] if list(bounds) == [None] else [(None, eb) for eb in bounds]
+    for s, (th, eb), temp in itertools.product(steps, rules, temps):
         t0 = time.perf_counter()
         if nothing and model.config.causal:
             samples, passes = from_nothing(model, n, gen_length, seed, temperature=temp)
         else:
             draw = from_nothing if nothing else draw_samples
-            samples, passes = draw(model, n, gen_length, seed, steps=s, threshold=th, temperature=temp,
-                                   block_length=block_length, remasking=remasking)
-        setting = {"steps": gen_length if s is None else s, "threshold": th, "temperature": temp}
+            samples, passes = draw(model, n, gen_length, seed, steps=s, threshold=th, entropy_bound=eb,
+                                   temperature=temp, block_length=block_length, remasking=remasking)
+        setting = {"steps": gen_length if s is None else s, "threshold": th, "entropy_bound": eb, "temperature": temp}
         rows.append(judge_row(model, judge, samples, setting, passes, time.perf_counter() - t0))
     return rows
 
@@ -612,7 +615,8 @@ def reference_row(model, judge, stories, gen_length):
         ids = model.tokenizer.encode(story, add_special_tokens=False) + [boundary_id(model)]
         first = min(REFERENCE_PROMPT, len(ids) - 1)
         seqs.append(Seq(np.array(ids[:first + gen_length], np.int64), first))
-    return judge_row(model, judge, seqs, {"steps": "held-out text", "threshold": None, "temperature": None})
+    return judge_row(model, judge, seqs, {"steps": "held-out text", "threshold": None, "entropy_bound": None,
+                                          "temperature": None})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -645,6 +649,8 @@ def _check_args(args):
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if sum(x is not None for x in (args.judge, args.against, args.bigram, args.infill)) > 1:
         raise UsageError("give one of --judge, --against, --bigram and --infill")
+    if args.threshold != [None] and args.entropy_bound != [None]:
+        raise UsageError("give --threshold or --entropy-bound, not both (a step commits by one rule)")
     for rate in args.infill or ():
         if not 0 < rate < 1:
             raise UsageError(f"--infill: each rate must be in (0, 1), got {rate:g}")
@@ -731,15 +737,17 @@ def _run_judge(args):
     if model.config.causal and not args.from_nothing:
         raise UsageError(f"--judge scores masked-diffusion samples; {model.path} is autoregressive (its samples "
                          f"from nothing: add --from-nothing; after the openings: tinydiff compare)")
-    if model.config.causal and (args.steps != [None] or args.threshold != [None] or args.block is not None):
-        raise UsageError("--steps, --threshold and --block are diffusion settings; the model is autoregressive")
+    if model.config.causal and (args.steps != [None] or args.threshold != [None] or args.entropy_bound != [None]
+                                or args.block is not None):
+        raise UsageError("--steps, --threshold, --entropy-bound and --block are diffusion settings; the model is "
+                         "autoregressive")
     if not judge.config.causal:
         raise UsageError(f"--judge {args.judge}: not an autoregressive model (config.json says is_causal false)")
     _same_vocabulary(model, judge, "--judge", args.judge, " ".join(OPENINGS))
     if not model.config.causal:
         mask_token(model)
     rows = generative_perplexity(model, judge, args.samples, args.gen_length, args.steps, args.threshold,
-                                 args.temp, args.seed, args.block, args.remask, args.from_nothing)
+                                 args.temp, args.seed, args.block, args.remask, args.from_nothing, args.entropy_bound)
     if args.data:
         rows.append(reference_row(model, judge, _read_stories(args)[:args.samples], args.gen_length))
     _print(args, {"model": model.path, "judge": judge.path, "gen_length": args.gen_length,
@@ -806,13 +814,14 @@ def judge_report(model, judge, args, rows):
              f"{args.samples} samples per row, gen_length {args.gen_length}, " +
              ("from nothing (an all-mask canvas, or <|endoftext|> for an AR model)" if args.from_nothing else
               f"openings cycled from {', '.join(repr(o) for o in OPENINGS)}"),
-             f"{'steps':>13} {'threshold':>9} {'temp':>5} {'passes':>7} {'tokens':>7} {'judge ppl':>9} "
+             f"{'steps':>13} {'threshold':>9} {'ebound':>6} {'temp':>5} {'passes':>7} {'tokens':>7} {'judge ppl':>9} "
              f"{'entropy':>7} {'rep4':>5} {'seconds':>7}"]
     for r in rows:
         s = r.setting
         th = "-" if s["threshold"] is None else f"{s['threshold']:g}"
+        eb = "-" if s["entropy_bound"] is None else f"{s['entropy_bound']:g}"
         temp = "-" if s["temperature"] is None else f"{s['temperature']:g}"
-        lines.append(f"{s['steps']:>13} {th:>9} {temp:>5} {r.passes:>7.1f} {r.tokens:>7} {r.perplexity:>9.3f} "
+        lines.append(f"{s['steps']:>13} {th:>9} {eb:>6} {temp:>5} {r.passes:>7.1f} {r.tokens:>7} {r.perplexity:>9.3f} "
                      f"{r.entropy:>7.3f} {r.repeats:>5.3f} {r.seconds:>7.1f}")
     lines.append("entropy: bits per token of each sample's unigram distribution, averaged over samples; rep4: "
                  "the share of a sample's 4-grams it had already written (loops), averaged over samples")
