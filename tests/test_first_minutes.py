@@ -250,8 +250,9 @@ def test_compare_runs_the_three_shipped_models_and_draws_the_tradeoff(tmp_path):
     assert [r.split("  ")[0] for r in rows] == [
         "autoregressive", "masked diffusion, 1 token a step", "masked diffusion, 2 tokens a step",
         "block diffusion, 1 token a step", "block diffusion, 2 tokens a step", "block diffusion, 4 tokens a step"]
-    passes_per_token = [float(r.split()[-8]) for r in rows]
+    passes_per_token = [float(r.split()[-9]) for r in rows]
     assert passes_per_token[0] == 1.0 and passes_per_token[2] == 0.5        # AR one a token; MDM two a step
+    assert all(0 <= float(r.split()[-1]) < 1 for r in rows)                 # rep4, a share
     assert len(xml.dom.minidom.parse(str(plot)).getElementsByTagName("circle")) == 6
 
 

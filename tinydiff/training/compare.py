@@ -9,8 +9,8 @@ temperature, top-k/top-p off. Settings: AR decoding; the masked-diffusion model 
 step; the block model at 1, 2 and 4 tokens a step (its config's blocks). For each, per generated
 token: forward passes, weight bytes and FLOPs (the run's own Ledger), the roofline's predicted time
 (each pass at max(FLOPs / peak, bytes / bandwidth)) and the measured time; and the quality: the AR
-model's perplexity on the samples (judged perplexity, as `tinydiff eval --judge`) and their unigram
-entropy. --plot draws measured ms per token against judged perplexity: down and left is better.
+model's perplexity on the samples (judged perplexity, as `tinydiff eval --judge`), their unigram
+entropy and rep4, the share of their 4-grams already written (loops). --plot draws measured ms per token against judged perplexity: down and left is better.
 """
 import time
 from dataclasses import dataclass
@@ -36,11 +36,11 @@ class Row:
         t = self.tokens
         return (f"{self.label:34s} {self.passes / t:6.2f} {t / self.passes:6.2f} {self.bytes / t / 1e6:8.2f} "
                 f"{self.flops / t / 1e6:8.2f} {self.predicted / t * 1e3:8.3f} {self.seconds / t * 1e3:8.3f} "
-                f"{self.judged.perplexity:9.2f} {self.judged.entropy:7.3f}")
+                f"{self.judged.perplexity:9.2f} {self.judged.entropy:7.3f} {self.judged.repeats:5.3f}")
 
 
 HEADER = (f"{'setting':34s} {'pass/t':>6s} {'t/pass':>6s} {'MB/tok':>8s} {'MFLOP/t':>8s} {'pred ms':>8s} "
-          f"{'ms/tok':>8s} {'judge ppl':>9s} {'entropy':>7s}")
+          f"{'ms/tok':>8s} {'judge ppl':>9s} {'entropy':>7s} {'rep4':>5s}")
 
 
 def settings(ar, mdm, bd, n, temperature):
