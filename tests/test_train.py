@@ -315,7 +315,7 @@ def test_unit_end_positions_and_val_windows():
     ends = train.unit_end_positions(stream, EOT_, NL)
     assert ends.tolist() == [1, 5, 6, 12, 19]
     assert np.array_equal(train.val_windows(stream, 5, 20), stream[:20].reshape(4, 5))
-    w = train.val_windows(stream, 5, 20, unit_ends=0.5, ends=ends)
+    w = train.val_windows(stream, 5, 20, unit_ends=0.5, eot=EOT_, newline=NL)
     # windows 1 and 3 of 0..3 move back to the last unit end inside them; 0 and 2 stay
     assert w.tolist() == [stream[0:5].tolist(), stream[2:7].tolist(), stream[10:15].tolist(), stream[15:20].tolist()]
 

@@ -10,7 +10,8 @@ step; the block model at 1, 2 and 4 tokens a step (its config's blocks). For eac
 token: forward passes, weight bytes and FLOPs (the run's own Ledger), the roofline's predicted time
 (each pass at max(FLOPs / peak, bytes / bandwidth)) and the measured time; and the quality: the AR
 model's perplexity on the samples (judged perplexity, as `tinydiff eval --judge`), their unigram
-entropy and rep4, the share of their 4-grams already written (loops). --plot draws measured ms per token against judged perplexity: down and left is better.
+entropy and rep4, the share of their 4-grams already written (loops). --plot draws measured ms
+per token against judged perplexity: down and left is better.
 """
 import time
 from dataclasses import dataclass

@@ -41,11 +41,11 @@ def run_curve(out):
         raise UsageError(f"{out}: an mlm15 run's loss is per chosen token, not a bound on the text")
     from . import train  # the trainer's own reading of its data
     enc = bpe.BPE(_read_json(os.path.join(out, "tokenizer.json")))
-    train_ids, val_ids = train.encode_data(enc, corpus.load_stories(settings["data"]), corpus.load_stories([settings["val"]]))
+    train_ids, val_ids = train.encode_data(enc, corpus.load_stories(settings["data"]),
+                                           corpus.load_stories([settings["val"]]))
     train_tokens = sum(map(len, train_ids))
-    unit_ends = settings.get("unit_ends", 0.0)
-    ends = train.unit_end_positions(val_ids, enc.specials[train.EOT], enc.encode("\n")[0]) if unit_ends else None
-    windows = train.val_windows(val_ids, settings["seq_len"], settings["eval_tokens"], unit_ends, ends)
+    windows = train.val_windows(val_ids, settings["seq_len"], settings["eval_tokens"], settings.get("unit_ends", 0.0),
+                                enc.specials[train.EOT], train.newline_id(enc))
     bytes_per_token = len(enc.decode(windows.ravel().tolist()).encode("utf-8")) / windows.size
     rows = _log_rows(out)
     if not rows:

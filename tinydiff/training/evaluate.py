@@ -64,8 +64,9 @@ the samples' unigram entropy: bits per token of each sample's empirical token di
 out), averaged over samples (as MDLM reports it), and rep4, the share of a sample's 4-grams it had
 already written (loops). Steps, threshold (or entropy bound) and temperature take comma lists;
 every combination is one row, and sample i uses the same seed in every row. With --data, a
-reference row scores the first N held-out stories the same way: gen_length tokens given the story's first 4. --from-nothing:
-no opening; a bidirectional model fills an all-mask canvas, an AR model continues an EOT.
+reference row scores the first N held-out stories the same way: gen_length tokens given the
+story's first 4. --from-nothing: no opening; a bidirectional model fills an all-mask canvas, an AR
+model continues an EOT.
 
 --infill RATES: in each paragraph of the first --max-stories stories (default 300), that share of
 its tokens (at least one) hidden at seeded places; a bidirectional model fills them by
