@@ -53,8 +53,8 @@ sees where its canvas ends, and from packed sequences alone it learns that text 
 (Measured on stories5m-mdm: 1.5 and 1.8 nats more than the AR model on a held-out paragraph's last
 two tokens, ~0.5 a token elsewhere; --unit-ends 0.5 took 0.2 nats off the last token and left the
 paragraph bound where it was.) Validation: the held-out stories joined the same way, cut into
-consecutive windows, the first --eval-tokens of them; the mdm masks for validation are drawn once, so successive
-evaluations differ only by the model.
+consecutive windows, the first --eval-tokens of them; the mdm masks for validation are drawn once,
+so successive evaluations differ only by the model.
 
 Determinism: everything random is seeded from --seed and the step, so a run resumed from a
 checkpoint reproduces the uninterrupted run exactly (same --threads).
@@ -829,8 +829,8 @@ def run_train(args):
     if start == 0:
         validate(0, None)
     step = start
-    packing = dict(paragraph_starts=args.paragraph_starts, unit_ends=args.unit_ends, newline=newline, eot=eot)
-    for step, x in batches(train_ids, args.seq_len, args.batch, args.seed, start, **packing):
+    for step, x in batches(train_ids, args.seq_len, args.batch, args.seed, start, paragraph_starts=args.paragraph_starts,
+                           unit_ends=args.unit_ends, newline=newline, eot=eot):
         if step >= total_steps or (args.stop_after is not None and step >= args.stop_after):
             break
         for g in opt.param_groups:
