@@ -488,9 +488,10 @@ def test_curves_put_runs_on_one_axis_in_epochs_and_bits_per_byte(data, ar_run, t
         curves.run_curve(str(tmp_path / "bert"))
 
 
-def test_curves_continue_a_run_started_from_another_runs_export(data, ar_run, tmp_path):
+def test_curves_continue_a_run_started_from_another_runs_export(data, ar_run, tmp_path, monkeypatch):
     """--init RUN/model of the same objective: the curve's epochs go on from the export's (the best
-    evaluation's tokens); from another objective's export they start at 0."""
+    evaluation's tokens); from another objective's export they start at 0. A relative --init is
+    found from the run's own folder too (as the shipped stages keep theirs)."""
     from tinydiff.training import curves
     run(data, tmp_path / "m1", "--tokens", "1280", objective="mdm")
     run(data, tmp_path / "m2", "--tokens", "1280", "--unit-ends", "0.5", "--init", str(tmp_path / "m1" / "model"),
@@ -500,6 +501,11 @@ def test_curves_continue_a_run_started_from_another_runs_export(data, ar_run, tm
     assert first[0][0] == 0 and second[0][0] == pytest.approx(first[[r["step"] for r in log_rows(
         tmp_path / "m1")].index(best["step"])][0])
     assert second[0][0] > 0 and [x for x, _ in second] == sorted(x for x, _ in second)
+    settings = json.loads((tmp_path / "m2" / "args.json").read_text())
+    (tmp_path / "m2" / "args.json").write_text(json.dumps(dict(settings, init="../m1/model")))
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")                 # where ../m1/model is no folder
+    assert curves.run_curve(str(tmp_path / "m2")) == second
     run(data, tmp_path / "m3", "--tokens", "1280", "--init", str(ar_run / "model"), objective="mdm")
     assert curves.run_curve(str(tmp_path / "m3"))[0][0] == 0
 

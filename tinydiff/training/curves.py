@@ -50,7 +50,7 @@ def run_curve(out):
     rows = _log_rows(out)
     if not rows:
         raise UsageError(f"{out}: log.csv holds no validation loss yet")
-    before = _tokens_before(settings)
+    before = _tokens_before(settings, out)
     return [((before + int(r["tokens"])) / train_tokens, float(r["val_loss"]) / math.log(2) / bytes_per_token)
             for r in rows]
 
@@ -63,13 +63,17 @@ def _log_rows(out):
         raise UsageError(f"{out}: cannot read log.csv ({e.strerror})") from None
 
 
-def _tokens_before(settings, depth=0):
-    """Training tokens of the same objective before a run that continues another (--init from a
-    run's export, RUN/model, or from a folder that keeps its run's args.json and log.csv): the
-    tokens at the evaluation whose model was exported (the best), and those before that run."""
+def _tokens_before(settings, out, depth=0):
+    """Training tokens of the same objective before the run in folder `out` when it continues
+    another (--init from a run's export, RUN/model, or from a folder that keeps its run's args.json
+    and log.csv): the tokens at the evaluation whose model was exported (the best), and those before
+    that run. A relative --init is found from here or, failing that, from `out` (shipped runs keep
+    theirs that way, so that they chain from any folder)."""
     init = settings.get("init")
     if not init or depth > 32:
         return 0
+    if not os.path.exists(init):
+        init = os.path.join(out, init)
     for folder in (init, os.path.dirname(os.path.normpath(init))):
         if os.path.exists(os.path.join(folder, "args.json")) and os.path.exists(os.path.join(folder, "log.csv")):
             prev = _read_json(os.path.join(folder, "args.json"))
@@ -77,7 +81,7 @@ def _tokens_before(settings, depth=0):
             if prev.get("objective") != settings.get("objective") or not rows:
                 return 0
             best = min(rows, key=lambda r: float(r["val_loss"]))
-            return int(best["tokens"]) + _tokens_before(prev, depth + 1)
+            return int(best["tokens"]) + _tokens_before(prev, folder, depth + 1)
     return 0
 
 
