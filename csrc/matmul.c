@@ -1,8 +1,8 @@
 /* matmul.c: y[n,m] = x[n,k] @ w[m,k]^T in f32, w in HF layout (out_features x in_features).
 
    Few x rows (one token while decoding, a block of block diffusion) is memory bound: the weight
-   rows are streamed from memory once, four at a time, and dotted with every x row while they sit
-   in L1, in register tiles of 4 weight rows by 2 (AVX-512: 4) x rows. Rows ahead are prefetched
+   rows are streamed from memory once, a few at a time, and dotted with every x row while they sit
+   in L1, in register tiles of 3 weight rows by 4 x rows (AVX-512, NEON: 4 by 4). Rows ahead are prefetched
    while the x tiles run: without it the memory idles while the later x tiles run on rows already
    in L1 (8 rows cost 1.7 decode steps instead of 1.3: SmolLM2-135M's matrices, 2 threads,
    AVX-512, prefetching the next four rows during the first x tile). Spreading the prefetch of the
