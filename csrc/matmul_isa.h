@@ -12,7 +12,7 @@
 #define FEW_RX 4
 /* one x row (decoding one sequence): weight rows a tile. On AVX2 one row at a time, a single stream
    of memory: stories42M f32 decodes at 1.8x the 4-row tiles' pace on an EPYC (Zen 4), whose
-   prefetchers serve one long stream better than four short ones; elsewhere 4, as measured (Xeon) */
+   prefetchers serve one long stream better than four short ones; elsewhere FEW_RW (Xeon: 4, measured) */
 #define ONE_X_RW (VL == 8 ? 1 : FEW_RW)
 
 #include "dot_isa.h"
