@@ -12,9 +12,10 @@
              the time. Its t/s against tg's is block diffusion's speed against AR decoding.
 
 Each test runs `repetitions` times inside a Ledger, so its FLOPs and bytes come from the same code
-that ran; the table shows tokens/s (mean ± sd), the GB/s and GFLOP/s achieved, and the share of
-the roofline time (tinydiff roofline) the run reached: 100% would be as fast as this machine's
-memory bandwidth or peak FLOP/s allows, whichever binds. Without -m, models of real shapes are
+that ran; the repetitions go round the tests, so that the ratios between tests are taken side by
+side. The table shows tokens/s (mean ± sd), the GB/s and GFLOP/s achieved, and the share of the
+roofline time (tinydiff roofline) the run reached: 100% would be as fast as this machine's memory
+bandwidth or peak FLOP/s allows, whichever binds. Without -m, models of real shapes are
 built in memory with random weights (speed does not depend on the values).
 """
 import json
@@ -131,23 +132,27 @@ def timed(run):
 
 
 def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
+    """The tests' Results. The repetitions go round the tests (every test once, then again), so
+    that a shared machine's change of pace falls on all of them alike and their ratios (tg32x8
+    against tg32) are measured side by side, not minutes apart."""
     from .roofline import predict_seconds
     rng = np.random.default_rng(seed)
-    results = []
-    for spec in tests:
-        kind, n, steps, block = parse_test(spec)
-        prepare(model, "pp", min(n, 8), 1, 0, rng)()                   # warm up: page weights in
-        seconds, ledgers = [], []
-        for _ in range(repetitions):
+    plans = [parse_test(spec) for spec in tests]
+    prepare(model, "pp", 8, 1, 0, rng)()                                   # warm up: page weights in
+    seconds, ledgers, tokens = [[] for _ in tests], [None] * len(tests), [0] * len(tests)
+    for _ in range(repetitions):
+        for i, (kind, n, steps, block) in enumerate(plans):
             run = prepare(model, kind, n, steps, block, rng)
             with Ledger() as led:
-                s, tokens = timed(run)
-            seconds.append(s)
-            ledgers.append(led)
-        t = ledgers[0].total()
+                s, tokens[i] = timed(run)
+            seconds[i].append(s)
+            ledgers[i] = led
+    results = []
+    for spec, sec, led, made in zip(tests, seconds, ledgers, tokens):
+        t = led.total()
         nbytes = sum(t["bytes"].values())
-        r = Result(name, model.parameter_count(), model.pool.threads, spec, tokens, seconds, t["flops"], nbytes,
-                   t["bytes"]["weights"], len(ledgers[0].passes))
+        r = Result(name, model.parameter_count(), model.pool.threads, spec, made, sec, t["flops"], nbytes,
+                   t["bytes"]["weights"], len(led.passes))
         if roofline is not None:
             r.roofline_seconds = predict_seconds(t["flops"], nbytes, roofline)
         results.append(r)
