@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..formats import bpe
 from . import corpus
 
-COLORS = ("#1f5fa8", "#b3261e", "#2e7d32", "#8e24aa", "#ef6c00", "#546e7a", "#6d4c41")
+COLORS = ("#1f5fa8", "#b3261e", "#2e7d32", "#8e24aa", "#ef6c00", "#546e7a", "#6d4c41", "#00838f")
 
 
 def add_curves_arguments(p):
