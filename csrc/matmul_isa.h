@@ -60,13 +60,7 @@ TARGET TD_INLINE void ISA(dot_tiles)(const float *x, const float *w, int64_t k, 
     if (rw == FEW_RW)
         switch (rx) {
 #define TILE(r) case r: ISA(dot_tile)(x, w, k, s, r, FEW_RW, ahead); return;
-        TILE(1) TILE(2)
-#if FEW_RX > 2
-        TILE(3) TILE(4)
-#endif
-#if FEW_RX > 4
-        TILE(5) TILE(6) TILE(7) TILE(8)
-#endif
+        TILE(1) TILE(2) TILE(3) TILE(4)
 #undef TILE
         }
     for (int r = 0; r < rx; r++) /* the last few weight rows of a matrix */

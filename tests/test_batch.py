@@ -97,7 +97,6 @@ def test_bench_batched_decoding(capsys):
     assert "--npl takes batch sizes >= 1" in capsys.readouterr().err
 
 
-
 def test_bench_repetitions_go_round_the_tests(monkeypatch):
     """Round 1 runs every test once, then round 2: a change of the machine's pace between rounds
     falls on every test alike, and their ratios are taken side by side."""
@@ -112,6 +111,7 @@ def test_bench_repetitions_go_round_the_tests(monkeypatch):
     results = B.bench(tinydiff.load(os.path.join(HF, "llama-gqa")), "m", ["pp4", "tg3", "tg3x2"], repetitions=2)
     assert order == ["pp8x0"] + ["pp4x0", "tg3x1", "tg3x2"] * 2     # the warm-up, then two rounds
     assert [(r.test, len(r.seconds), r.tokens) for r in results] == [("pp4", 2, 4), ("tg3", 2, 3), ("tg3x2", 2, 6)]
+
 
 # -- masked diffusion ----------------------------------------------------------------------------
 

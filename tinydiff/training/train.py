@@ -829,8 +829,8 @@ def run_train(args):
     if start == 0:
         validate(0, None)
     step = start
-    for step, x in batches(train_ids, args.seq_len, args.batch, args.seed, start, paragraph_starts=args.paragraph_starts,
-                           unit_ends=args.unit_ends, newline=newline, eot=eot):
+    for step, x in batches(train_ids, args.seq_len, args.batch, args.seed, start,
+                           paragraph_starts=args.paragraph_starts, unit_ends=args.unit_ends, newline=newline, eot=eot):
         if step >= total_steps or (args.stop_after is not None and step >= args.stop_after):
             break
         for g in opt.param_groups:
