@@ -32,12 +32,15 @@ MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "dow
 
 
 def interleaved(weights):
-    """The weights with every matrix only the matmul reads as K.interleaved gives it (Q8_0 and Q4_0
-    repacked for the AVX2 kernels); the embedding, and a head tied to it, stay as they are."""
+    """The weights with every matrix the matmul reads as K.interleaved gives it (Q8_0 and Q4_0
+    repacked for the AVX2 kernels). An embedding tied to the head is repacked with it and read from
+    the one copy (a look-up reads repacked rows as well: the same numbers); an untied embedding,
+    only looked up, stays as it is."""
     layers = [dataclasses.replace(lw, **{name: K.interleaved(getattr(lw, name)) for name in MATRICES})
               for lw in weights.layers]
-    head = weights.lm_head if weights.lm_head is weights.embed_tokens else K.interleaved(weights.lm_head)
-    return dataclasses.replace(weights, layers=layers, lm_head=head)
+    head = K.interleaved(weights.lm_head)
+    embed = head if weights.lm_head is weights.embed_tokens else weights.embed_tokens
+    return dataclasses.replace(weights, embed_tokens=embed, layers=layers, lm_head=head)
 
 
 def rope_inv_freq(cfg):
