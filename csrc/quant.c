@@ -178,28 +178,19 @@ TD_AVX2 TD_INLINE __m256i broadcast4(const int8_t *x)
     return _mm256_set1_epi32(four);
 }
 
-/* 8 * (the sum of an x block's 32 quants), in all 8 lanes */
-TD_AVX2 TD_INLINE __m256i sum8_q8_0(const int8_t *x)
-{
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)x));
-    __m256i s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-    s = _mm256_add_epi32(s, _mm256_permute2x128_si256(s, s, 1));
-    s = _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0x4E));
-    return _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0xB1));
-}
-
 /* The X8 types on AVX2: a group's block (8 rows side by side) by NX (1..4) x rows, its weight side
    made ready once for them all. Q4_0X8: the nibbles (0..15) are maddubs' unsigned side as they are,
    by 4 x quants broadcast to every lane; 8 maddubs a block summed in int16 (at most 8 x 2 x 15 x 127
-   = 30480: no overflow), one madd to int32, minus 8 x sum(x). Q8_0X8: the sign trick, each
-   maddubs' int16 pairs (up to 2 x 127 x 127) to int32 by madd at once, since two could overflow.
-   Either way lane r holds row r's exact block dot product; then one fma a block for the 8 rows, as
-   x8_vec_dot_ref does for each. */
+   = 30480: no overflow), one madd to int32, minus 8 x sum(x) (x as Q8_0S: the sum made once per x
+   row, not per group). Q8_0X8: the sign trick, each maddubs' int16 pairs (up to 2 x 127 x 127) to
+   int32 by madd at once, since two could overflow. Either way lane r holds row r's exact block dot
+   product; then one fma a block for the 8 rows, as x8_vec_dot_ref does for each. */
 TD_AVX2 TD_INLINE void x8_tile_avx2(const int q4, const int NX, int64_t k, const char *wg, const char *vx,
                                     int64_t x_bytes, float *y, int64_t ldy)
 {
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const int64_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8);
+    const int64_t xblock = q4 ? sizeof(block_q8_0s) : sizeof(block_q8_0);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < k / QK8_0; b++) {
         const char *wb = wg + b * bytes;
@@ -213,29 +204,31 @@ TD_AVX2 TD_INLINE void x8_tile_avx2(const int q4, const int NX, int64_t k, const
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
         for (int n = 0; n < NX; n++) {
-            const block_q8_0 *xb = (const block_q8_0 *)(vx + n * x_bytes) + b;
+            const char *xb = vx + n * x_bytes + b * xblock;
+            const int8_t *xq = q4 ? ((const block_q8_0s *)xb)->qs : ((const block_q8_0 *)xb)->qs;
+            const td_fp16_t xd = q4 ? ((const block_q8_0s *)xb)->d : ((const block_q8_0 *)xb)->d;
             __m256i dot;
             if (q4) { /* quants 4h..4h+3 of x: run h % 4, low nibbles for h < 4, high ones after */
                 __m256i s[2];
                 for (int c = 0; c < 2; c++) /* two chains of int16 sums */
                     s[c] = _mm256_add_epi16(
-                        _mm256_add_epi16(_mm256_maddubs_epi16(uw[4 * c], broadcast4(xb->qs + 16 * c)),
-                                         _mm256_maddubs_epi16(uw[4 * c + 1], broadcast4(xb->qs + 16 * c + 4))),
-                        _mm256_add_epi16(_mm256_maddubs_epi16(uw[4 * c + 2], broadcast4(xb->qs + 16 * c + 8)),
-                                         _mm256_maddubs_epi16(uw[4 * c + 3], broadcast4(xb->qs + 16 * c + 12))));
-                dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones), sum8_q8_0(xb->qs));
+                        _mm256_add_epi16(_mm256_maddubs_epi16(uw[4 * c], broadcast4(xq + 16 * c)),
+                                         _mm256_maddubs_epi16(uw[4 * c + 1], broadcast4(xq + 16 * c + 4))),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(uw[4 * c + 2], broadcast4(xq + 16 * c + 8)),
+                                         _mm256_maddubs_epi16(uw[4 * c + 3], broadcast4(xq + 16 * c + 12))));
+                dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones),
+                                       _mm256_set1_epi32(8 * ((const block_q8_0s *)xb)->sum));
             } else {
                 __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
                 for (int h = 0; h < 8; h++) {
                     const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
                     const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q),
-                                                               _mm256_sign_epi8(broadcast4(xb->qs + 4 * h), q));
+                                                               _mm256_sign_epi8(broadcast4(xq + 4 * h), q));
                     s[h % 2] = _mm256_add_epi32(s[h % 2], _mm256_madd_epi16(pairs, ones));
                 }
                 dot = _mm256_add_epi32(s[0], s[1]);
             }
-            acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))),
-                                     acc[n]);
+            acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xd))), acc[n]);
         }
     }
     for (int n = 0; n < NX; n++)
@@ -243,10 +236,10 @@ TD_AVX2 TD_INLINE void x8_tile_avx2(const int q4, const int NX, int64_t k, const
 }
 
 /* vec_dot_8xn (quant.h) of each X8 type: each group by the x rows four at a time, NX a constant */
-#define VEC_DOT_8XN_AVX2(type, q4)                                                                           \
-    TD_AVX2 static void vec_dot_8xn_##type##_q8_0_avx2(int64_t k, const void *w, int64_t ngroups,           \
-                                                       int64_t group_bytes, const void *vx, int64_t x_bytes, \
-                                                       int64_t nx, float *y, int64_t ldy)                   \
+#define VEC_DOT_8XN_AVX2(name, q4)                                                                           \
+    TD_AVX2 static void vec_dot_8xn_##name##_avx2(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes, \
+                                                  const void *vx, int64_t x_bytes, int64_t nx, float *y,      \
+                                                  int64_t ldy)                                                \
     {                                                                                                         \
         for (int64_t g = 0; g < ngroups; g++)                                                                 \
             for (int64_t i = 0; i < nx; i += 4) {                                                             \
@@ -260,8 +253,8 @@ TD_AVX2 TD_INLINE void x8_tile_avx2(const int q4, const int NX, int64_t k, const
                 }                                                                                             \
             }                                                                                                 \
     }
-VEC_DOT_8XN_AVX2(q8_0x8, 0)
-VEC_DOT_8XN_AVX2(q4_0x8, 1)
+VEC_DOT_8XN_AVX2(q8_0x8_q8_0, 0)
+VEC_DOT_8XN_AVX2(q4_0x8_q8_0s, 1)
 #undef VEC_DOT_8XN_AVX2
 
 /* ---- the exception: AVX-512 dot products that need AVX512_BF16 or AVX512_VNNI ---- */

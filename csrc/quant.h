@@ -47,6 +47,15 @@ typedef struct {
                         weights 4h..4h+3 in the low nibbles and 16+4h..16+4h+3 in the high ones */
 } block_q4_0x8;      /* 144 bytes: 8 x 18 */
 
+/* Q8_0S: an x row for Q4_0X8's AVX2 kernel (made per call, never stored): a Q8_0 block and the
+   exact sum of its quants, which Q4_0's offset of 8 takes back (8 . sum); made once per x row, not
+   once per group of 8 weight rows the row meets */
+typedef struct {
+    td_fp16_t d;       /* as block_q8_0.d */
+    int16_t sum;       /* qs[0] + ... + qs[31] (|sum| <= 32 x 127) */
+    int8_t qs[QK8_0];  /* as block_q8_0.qs */
+} block_q8_0s;         /* 36 bytes */
+
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match GGUF's 34 bytes");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "block_q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "block_q4_0x8 is 8 Q4_0 blocks");

@@ -247,6 +247,32 @@ TARGET static void ISA(quantize_row_q8_0)(const float *x, void *vy, int64_t k)
     }
 }
 
+#if VL >= 8 /* Q4_0X8's x rows on AVX2 (quant.h) */
+TARGET static void ISA(quantize_row_q8_0s)(const float *x, void *vy, int64_t k)
+{
+    block_q8_0s *y = vy;
+    for (int64_t i = 0; i < k / QK8_0; i++) {
+        block_q8_0 b;
+        ISA(quantize_row_q8_0)(x + i * QK8_0, &b, QK8_0);
+        int sum = 0;
+        for (int j = 0; j < QK8_0; j++)
+            sum += b.qs[j];
+        y[i].d = b.d, y[i].sum = (int16_t)sum;
+        memcpy(y[i].qs, b.qs, QK8_0);
+    }
+}
+
+TARGET static void ISA(q8_0s_to_float)(const void *vx, float *y, int64_t k)
+{
+    const block_q8_0s *b = vx;
+    for (int64_t i = 0; i < k / QK8_0; i++, y += QK8_0) {
+        const float d = ISA(h2f)(b[i].d);
+        for (int j = 0; j < QK8_0; j += VL)
+            vstore(y + j, d * __builtin_convertvector(ISA(load_i8)(b[i].qs + j), VEC));
+    }
+}
+#endif
+
 /* ---- dot products ---- */
 
 /* a weight row of 16-bit floats . x in f32: two sums of vectors, then the tail term by term (plain
@@ -329,12 +355,13 @@ static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
 #endif
                   },
     [TD_Q4_0X8] = {.rows = 8, .blck_size = QK4_0, .type_size = sizeof(block_q4_0),
-                   .to_float_lane = q4_0x8_to_float_lane, .from_float = ISA(quantize_row_q8_0),
-                   .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0),
-#if VL >= 8
-                   .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0_avx2,
+                   .to_float_lane = q4_0x8_to_float_lane, .x_blck_size = QK8_0,
+#if VL >= 8 /* x as Q8_0S: each block's sum made once */
+                   .from_float = ISA(quantize_row_q8_0s), .x_to_float = ISA(q8_0s_to_float),
+                   .x_type_size = sizeof(block_q8_0s), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0s_avx2,
 #else
-                   .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0_ref,
+                   .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float),
+                   .x_type_size = sizeof(block_q8_0), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0_ref,
 #endif
                   },
 };
