@@ -67,21 +67,72 @@ static inline int64_t key_end(const struct attn *a, int64_t p)
 #define TD_ISA_FILE "attention_isa.h"
 #include "foreach_isa.h"
 
+/* a's tasks on the tiled path (qblocks set) or one (query, head) row a task (qblocks 0); returns
+   their number */
+static int64_t plan(struct attn *a)
+{
+    if (a->n < TILE_MIN_N || a->heads == 0) /* (no heads: no tasks) */
+        return a->qblocks = 0, a->n * a->heads;
+    a->nh = a->group < RMAX ? a->group : RMAX;
+    a->qb = RMAX / a->nh;
+    a->hchunks = (a->group + a->nh - 1) / a->nh;
+    a->qblocks = (a->n + a->qb - 1) / a->qb;
+    return a->qblocks * a->kv_heads * a->hchunks;
+}
+
+/* FLOPs a task of a costs, for the pool's split */
+static double task_cost(const struct attn *a)
+{
+    const double row = 4.0 * a->t * a->hd; /* a (query, head) row */
+    return a->qblocks ? row * a->qb * a->nh : row;
+}
+
 /* the attention of a (its pointers, sizes and mask set), on the thread pool */
 static int attention(struct attn a)
 {
-    int64_t n = a.n, heads = a.heads;
-    double keys = 4.0 * a.t * a.hd; /* FLOPs a (query, head) row costs, for the pool's split */
-    if (n < TILE_MIN_N || heads == 0) { /* (no heads: no tasks) */
-        td_parallel_for(TD_PICK(attend_rows), &a, n * heads, keys);
-        return a.failed ? -1 : 0;
-    }
-    a.nh = a.group < RMAX ? a.group : RMAX;
-    a.qb = RMAX / a.nh;
-    a.hchunks = (a.group + a.nh - 1) / a.nh;
-    a.qblocks = (n + a.qb - 1) / a.qb;
-    td_parallel_for(TD_PICK(attend_tiles), &a, a.qblocks * a.kv_heads * a.hchunks, keys * a.qb * a.nh);
+    const int64_t ntasks = plan(&a);
+    td_parallel_for(a.qblocks ? TD_PICK(attend_tiles) : TD_PICK(attend_rows), &a, ntasks, task_cost(&a));
     return a.failed ? -1 : 0;
+}
+
+struct attn_rows {
+    struct attn *a;  /* [nseq] */
+    int64_t *first;  /* [nseq + 1]: sequence j's tasks are [first[j], first[j+1]) */
+    int64_t nseq;
+};
+
+/* tasks [b, e) of every sequence's rows laid end to end */
+static void attend_rows_end_to_end(void *ctx, int64_t b, int64_t e)
+{
+    const struct attn_rows *r = ctx;
+    td_run_end_to_end(TD_PICK(attend_rows), r->a, sizeof r->a[0], r->first, r->nseq, b, e);
+}
+
+int td_attention_rows(const struct td_attn_seq *seqs, int64_t nseq, int64_t heads, int64_t kv_heads, int64_t hd,
+                      int64_t block, float scale)
+{
+    struct attn_rows r = {.a = malloc(sizeof(struct attn) * (size_t)nseq),
+                          .first = malloc(sizeof(int64_t) * (size_t)(nseq + 1)), .nseq = nseq};
+    int failed = !r.a || !r.first;
+    double cost = 0.0;
+    if (!failed)
+        r.first[0] = 0;
+    for (int64_t j = 0; !failed && j < nseq; j++) {
+        const struct td_attn_seq *s = &seqs[j];
+        r.a[j] = (struct attn){.q = s->q, .k = s->k, .v = s->v, .pages = s->pages, .out = s->out, .n = 1,
+                               .t = s->t, .heads = heads, .kv_heads = kv_heads, .hd = hd, .block = block,
+                               .q_pos0 = s->q_pos0, .scale = scale, .group = heads / kv_heads};
+        r.first[j + 1] = r.first[j] + plan(&r.a[j]);
+        cost += task_cost(&r.a[j]) * heads;
+    }
+    if (!failed && r.first[nseq] > 0) {
+        td_parallel_for(attend_rows_end_to_end, &r, r.first[nseq], cost / (double)r.first[nseq]);
+        for (int64_t j = 0; j < nseq; j++)
+            failed |= r.a[j].failed;
+    }
+    free(r.a);
+    free(r.first);
+    return failed ? -1 : 0;
 }
 
 int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,

@@ -49,6 +49,20 @@ TD_INLINE void td_run_end_to_end(td_range_fn fn, void *jobs, size_t item_size, c
 }
 #define TD_MATMULS_MAX 4 /* weights in one job of td_matmuls; it does more in groups */
 
+/* one query of one sequence (a decode step) in td_attention_rows: td_attention_paged_f32's
+   arguments of its own (pages NULL: k and v are the sequence's rows [t, kv_heads, hd]) */
+struct td_attn_seq {
+    const float *q, *k, *v; /* [heads, hd], [t or pool rows, kv_heads, hd] x2 */
+    const int64_t *pages;
+    float *out;             /* [heads, hd] */
+    int64_t t, q_pos0;
+};
+/* the attention of nseq such sequences, one query each, as one job on the pool (their (query, head)
+   rows end to end): each out as td_attention_paged_f32 (or td_attention_f32) would give it, bit for
+   bit. Returns 0, or -1 (outs partly written) if memory could not be had. */
+int td_attention_rows(const struct td_attn_seq *seqs, int64_t nseq, int64_t heads, int64_t kv_heads, int64_t hd,
+                      int64_t block, float scale);
+
 /* A kernel that runs several jobs in a row or keeps scratch memory between them holds the pool:
    td_pool_enter(), then any number of td_parallel_run (td_parallel_for without the locking) and
    td_scratch calls, then td_pool_leave(). td_scratch(bytes) is the pool's one grow-only buffer, 64-byte

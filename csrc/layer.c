@@ -31,6 +31,36 @@ static void store_kv(const struct td_seq *seq, int64_t at, const float *k, const
     }
 }
 
+/* att = each sequence's attention over its cache (K and V stored): the sequences of one query (a
+   decode step) as one job, any other (a prompt, a block, a canvas) a job of its own; 0, or -1 out of
+   memory */
+static int attend(const struct td_decode *s, const struct td_seq *seqs, int64_t nseq, int64_t at, int64_t block,
+                  float scale)
+{
+    const int64_t qd = s->heads * s->hd;
+    struct td_attn_seq ones[64]; /* one-query sequences, taken 64 at a time */
+    int64_t nones = 0;
+    for (int64_t b = 0, r = 0; b < nseq; r += seqs[b++].n) {
+        const struct td_seq *seq = &seqs[b];
+        if (seq->n == 1)
+            ones[nones++] = (struct td_attn_seq){.q = s->q + r * qd, .k = seq->k + at, .v = seq->v + at,
+                                                 .pages = seq->pages, .out = s->att + r * qd, .t = seq->kv_len,
+                                                 .q_pos0 = seq->pos};
+        else if (seq->pages ? td_attention_paged_f32(s->q + r * qd, seq->k + at, seq->v + at, seq->pages,
+                                                     s->att + r * qd, seq->n, seq->kv_len, s->heads, s->kv_heads,
+                                                     s->hd, block, seq->pos, scale)
+                            : td_attention_f32(s->q + r * qd, seq->k + at, seq->v + at, s->att + r * qd, seq->n,
+                                               seq->kv_len, s->heads, s->kv_heads, s->hd, block, seq->pos, scale))
+            return -1;
+        if (nones == 64 || (b == nseq - 1 && nones)) {
+            if (td_attention_rows(ones, nones, s->heads, s->kv_heads, s->hd, block, scale))
+                return -1;
+            nones = 0;
+        }
+    }
+    return 0;
+}
+
 int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, const struct td_seq *seqs,
                     int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block)
 {
@@ -59,17 +89,10 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     add_bias(s->k, w->k_bias, n, kvd);
     add_bias(s->v, w->v_bias, n, kvd);
     td_rope_qk_f32(s->q, s->k, positions, s->inv_freq, n, s->heads, s->kv_heads, s->hd);
-    for (int64_t b = 0, r = 0; b < nseq; r += seqs[b++].n) {                     /* sequence b: rows r.. */
-        const struct td_seq *seq = &seqs[b];
-        store_kv(seq, at, s->k + r * kvd, s->v + r * kvd, kvd);
-        int failed = seq->pages
-            ? td_attention_paged_f32(s->q + r * qd, seq->k + at, seq->v + at, seq->pages, s->att + r * qd, seq->n,
-                                     seq->kv_len, s->heads, s->kv_heads, s->hd, block, seq->pos, scale)
-            : td_attention_f32(s->q + r * qd, seq->k + at, seq->v + at, s->att + r * qd, seq->n, seq->kv_len,
-                               s->heads, s->kv_heads, s->hd, block, seq->pos, scale); /* att [n, H*hd] */
-        if (failed)
-            return -1;
-    }
+    for (int64_t b = 0, r = 0; b < nseq; r += seqs[b++].n)                       /* sequence b: rows r.. */
+        store_kv(&seqs[b], at, s->k + r * kvd, s->v + r * kvd, kvd);
+    if (attend(s, seqs, nseq, at, block, scale))                                  /* att [n, H*hd] */
+        return -1;
     if (td_matmuls(&w->o_type, s->att, n, qd, 1, (void **)&w->o_proj, &x, &d, 1))   /* x += [n, d] */
         return -1;
     add_bias(x, w->o_bias, n, d);

@@ -134,6 +134,36 @@ def test_a_batch_in_one_call_is_forward_bit_for_bit(weight_type, paged, level):
     np.testing.assert_array_equal(v, ref_v)
 
 
+@pytest.mark.parametrize("paged", [False, True])
+def test_one_query_sequences_share_one_attention_job_bit_for_bit(paged, level):
+    """layer.c runs the attention of every one-query sequence of a pass as one job (64 at a time)
+    and any longer one alone: a prompt joining 69 decoding sequences (continuous batching), at
+    their own positions, against the per-kernel loop."""
+    t = model("llama gqa", "f32").transformer
+    rng = np.random.default_rng(5)
+    B = 70
+    prompts = [rng.integers(0, 50, size=(1, 1 + i % 5)) for i in range(B - 1)]
+    ids = [rng.integers(0, 50, 1) for _ in prompts]
+    ids.insert(30, rng.integers(0, 50, 6))                      # a new prompt among them, in slot B-1
+    slots = list(range(30)) + [B - 1] + list(range(30, B - 1))
+    start = [prompts[i].shape[1] if i < B - 1 else 0 for i in slots]
+    runs = []
+    for one_call in (False, True):
+        state = t.state(8, batch=B, pages=B if paged else None)
+        if paged:
+            state.cache.tables = {i: np.array([(37 * i) % B]) for i in range(B)}
+        for i, p in enumerate(prompts):
+            loop(t, p, state, 0, slots=[i])
+        logits = (t.forward(ids, state, start, slots=slots) if one_call
+                  else loop(t, ids, state, start, slots=slots))
+        runs.append((logits, state.cache.k.copy(), state.cache.v.copy()))
+    (ref, ref_k, ref_v), (got, k, v) = runs
+    assert ref.shape == (B - 1 + 6, 50) and np.isfinite(ref).all()
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(k, ref_k)
+    np.testing.assert_array_equal(v, ref_v)
+
+
 def test_a_page_table_outside_the_pool_is_refused_before_any_c_reads_it():
     t = model("llama gqa", "f32").transformer
     state = t.state(8, pages=2)
