@@ -13,7 +13,9 @@
    sits (causal and block-causal masks), so the query blocks are ordered first, last, second, second
    last... and any contiguous range of tasks costs about the same.
    One query (decoding): a head per task, dot products straight from k; the tiled path would leave
-   most lanes empty.
+   most lanes empty. The one-query sequences of a batched decode step are one job for them all
+   (td_attention_rows): a wait per layer instead of one per sequence, and the heads of all of them
+   to share out.
 
    The mask is a number (masks.py, block): each query visits only the keys before its end, key_end;
    a tile visits those of its last query, and weighs keys per row only past its first query's end.
