@@ -190,14 +190,19 @@ TARGET static void ISA(f16_to_float)(const void *w, float *y, int64_t k) { ISA(t
 
 TARGET static void ISA(bf16_to_float)(const void *w, float *y, int64_t k) { ISA(to_float_16bit)(w, y, k, 1); }
 
+/* y[32] = d * qs[32]: a Q8_0 block's numbers */
+TARGET TD_INLINE void ISA(q8_block_to_float)(td_fp16_t d, const int8_t *qs, float *y)
+{
+    const float f = ISA(h2f)(d);
+    for (int j = 0; j < QK8_0; j += VL)
+        vstore(y + j, f * __builtin_convertvector(ISA(load_i8)(qs + j), VEC));
+}
+
 TARGET static void ISA(q8_0_to_float)(const void *w, float *y, int64_t k)
 {
     const block_q8_0 *b = w;
-    for (int64_t i = 0; i < k / QK8_0; i++, y += QK8_0) {
-        const float d = ISA(h2f)(b[i].d);
-        for (int j = 0; j < QK8_0; j += VL)
-            vstore(y + j, d * __builtin_convertvector(ISA(load_i8)(b[i].qs + j), VEC));
-    }
+    for (int64_t i = 0; i < k / QK8_0; i++)
+        ISA(q8_block_to_float)(b[i].d, b[i].qs, y + i * QK8_0);
 }
 
 TARGET static void ISA(q4_0_to_float)(const void *w, float *y, int64_t k)
@@ -265,11 +270,8 @@ TARGET static void ISA(quantize_row_q8_0s)(const float *x, void *vy, int64_t k)
 TARGET static void ISA(q8_0s_to_float)(const void *vx, float *y, int64_t k)
 {
     const block_q8_0s *b = vx;
-    for (int64_t i = 0; i < k / QK8_0; i++, y += QK8_0) {
-        const float d = ISA(h2f)(b[i].d);
-        for (int j = 0; j < QK8_0; j += VL)
-            vstore(y + j, d * __builtin_convertvector(ISA(load_i8)(b[i].qs + j), VEC));
-    }
+    for (int64_t i = 0; i < k / QK8_0; i++)
+        ISA(q8_block_to_float)(b[i].d, b[i].qs, y + i * QK8_0);
 }
 #endif
 
