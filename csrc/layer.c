@@ -10,6 +10,7 @@
    wrappers costs 2-7 us of argument checks and pointer making, which on a small model is a third
    of the token's time (bench/bench_python_share.py). Here the calls cost nothing extra. */
 #include <math.h>
+#include <stdlib.h>
 #include "internal.h"
 
 /* y[n, m] += b[m] per row, if there is a bias */
@@ -39,27 +40,27 @@ static int attend(const struct td_decode *s, const struct td_seq *seqs, int64_t 
                   float scale)
 {
     const int64_t qd = s->heads * s->hd;
-    struct td_attn_seq ones[64]; /* one-query sequences, taken 64 at a time */
+    struct td_attn_seq *ones = malloc(sizeof(struct td_attn_seq) * (size_t)nseq); /* the one-query ones */
     int64_t nones = 0;
-    for (int64_t b = 0, r = 0; b < nseq; r += seqs[b++].n) {
+    int failed = !ones;
+    for (int64_t b = 0, r = 0; !failed && b < nseq; r += seqs[b++].n) {
         const struct td_seq *seq = &seqs[b];
         if (seq->n == 1)
             ones[nones++] = (struct td_attn_seq){.q = s->q + r * qd, .k = seq->k + at, .v = seq->v + at,
                                                  .pages = seq->pages, .out = s->att + r * qd, .t = seq->kv_len,
                                                  .q_pos0 = seq->pos};
-        else if (seq->pages ? td_attention_paged_f32(s->q + r * qd, seq->k + at, seq->v + at, seq->pages,
-                                                     s->att + r * qd, seq->n, seq->kv_len, s->heads, s->kv_heads,
-                                                     s->hd, block, seq->pos, scale)
-                            : td_attention_f32(s->q + r * qd, seq->k + at, seq->v + at, s->att + r * qd, seq->n,
-                                               seq->kv_len, s->heads, s->kv_heads, s->hd, block, seq->pos, scale))
-            return -1;
-        if (nones == 64 || (b == nseq - 1 && nones)) {
-            if (td_attention_rows(ones, nones, s->heads, s->kv_heads, s->hd, block, scale))
-                return -1;
-            nones = 0;
-        }
+        else
+            failed = seq->pages ? td_attention_paged_f32(s->q + r * qd, seq->k + at, seq->v + at, seq->pages,
+                                                         s->att + r * qd, seq->n, seq->kv_len, s->heads,
+                                                         s->kv_heads, s->hd, block, seq->pos, scale)
+                                : td_attention_f32(s->q + r * qd, seq->k + at, seq->v + at, s->att + r * qd,
+                                                   seq->n, seq->kv_len, s->heads, s->kv_heads, s->hd, block,
+                                                   seq->pos, scale);
     }
-    return 0;
+    if (!failed && nones)
+        failed = td_attention_rows(ones, nones, s->heads, s->kv_heads, s->hd, block, scale);
+    free(ones);
+    return failed ? -1 : 0;
 }
 
 int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, const struct td_seq *seqs,

@@ -136,8 +136,8 @@ def test_a_batch_in_one_call_is_forward_bit_for_bit(weight_type, paged, level):
 
 @pytest.mark.parametrize("paged", [False, True])
 def test_one_query_sequences_share_one_attention_job_bit_for_bit(paged, level):
-    """layer.c runs the attention of every one-query sequence of a pass as one job (64 at a time)
-    and any longer one alone: a prompt joining 69 decoding sequences (continuous batching), at
+    """layer.c runs the attention of every one-query sequence of a pass as one job and any
+    longer one alone: a prompt joining 69 decoding sequences (continuous batching), at
     their own positions, against the per-kernel loop."""
     t = model("llama gqa", "f32").transformer
     rng = np.random.default_rng(5)
