@@ -209,6 +209,16 @@ def test_diffusion_generate_prints_the_denoised_completion_and_stats(llada_dir):
     assert "forward passes: 6" in err and "2.00 tokens committed per pass" in err
 
 
+def test_diffusion_generate_passes_the_repetition_penalty(llada_dir):
+    model = tinydiff.load(llada_dir)
+    penalised = model.denoise("Once upon a time", 12, repeat_penalty=3.0, repeat_last_n=8)
+    assert penalised != model.denoise("Once upon a time", 12)             # the fixture's greedy text repeats
+    status, out, _ = run("generate", "-m", llada_dir, "-p", "Once upon a time", "-n", "12", "--repeat-penalty", "3",
+                         "--repeat-last-n", "8", "--no-display-prompt")
+    assert status == 0 and out == penalised + "\n"
+    assert run("generate", "-m", llada_dir, "-p", "Once", "-n", "4", "--repeat-last-n", "-1")[0] == 2
+
+
 def test_infill_keeps_the_given_text(llada_dir):
     status, out, _ = run("infill", "-m", llada_dir, "-p", "Once upon[MASK*3] there was")
     assert status == 0 and out.startswith("Once upon") and out.rstrip("\n").endswith(" there was")

@@ -240,7 +240,8 @@ def test_a_step_chooses_as_the_numpy_rules_say(temperature):
     V, m = 2**17, 9
     logits = np.random.default_rng(1).standard_normal((1, m, V)).astype(np.float32) * 3
     o = D.Options(temperature=temperature, seed=5)
-    tokens, conf, _ = D._predict(logits, o, np.random.default_rng(5), [7])
+    tokens, conf, _ = D._predict(logits, o, np.random.default_rng(5), [7], np.arange(m), np.zeros(m, np.int64),
+                                 np.zeros(m, bool))
     z = logits[0].astype(np.float64)
     z[:, 7] = -np.inf
     rng = np.random.default_rng(5)
@@ -248,6 +249,35 @@ def test_a_step_chooses_as_the_numpy_rules_say(temperature):
     np.testing.assert_array_equal(tokens, want)
     p = np.exp(z - z.max(-1, keepdims=True))
     np.testing.assert_allclose(conf, (p / p.sum(-1, keepdims=True))[np.arange(m), want], rtol=1e-13)
+
+
+@pytest.mark.parametrize("last_n, want", [(64, 6), (3, 6), (2, 4), (0, 4)])
+def test_repeat_penalty_discourages_a_token_already_on_the_canvas_within_last_n(last_n, want):
+    """Position 3 prefers 4 (p .5, logit -0.69) to 6 (p .45, -0.80); 4 is in the prompt at
+    position 0: a penalty of 2 makes its logit -1.39, so 6 wins, unless position 0 is further
+    than last_n (or last_n = 0: off)."""
+    m = explicit([{4: .5, 6: .45, 7: .05}])
+    ids = run(m, ids=[4, 2, 3], gen_length=1, repeat_penalty=2.0, repeat_last_n=last_n)[1].ids
+    assert ids == [want]
+    assert run(m, ids=[4, 2, 3], gen_length=1)[1].ids == [4]            # no penalty: the likeliest
+
+
+def test_repeat_penalty_looks_at_known_tokens_on_both_sides():
+    """An infill's hole at position 1 with 4 given to its right at position 3 (and committed
+    positions count as given ones): 4 is penalised, 6 drawn."""
+    m = Fake(lambda row: np.stack([peaked(5, 0.9)] + [probabilities({4: .5, 6: .45, 7: .05})] * (len(row) - 1)))
+    canvas = [1, MASK, 2, 4]
+    fixed = np.array([True, False, True, True])
+    out = api(m).denoise_result(canvas, fixed=fixed, eos="suppress", repeat_penalty=2.0)
+    assert out.canvas.tolist() == [1, 6, 2, 4]
+    assert api(m).denoise_result(canvas, fixed=fixed, eos="suppress").canvas.tolist() == [1, 4, 2, 4]
+
+
+def probabilities(d):
+    p = np.zeros(V)
+    for t, q in d.items():
+        p[t] = q
+    return p
 
 
 def test_sampling_follows_the_tempered_distribution():
@@ -508,6 +538,8 @@ def no_mask_model():
     (dict(gen_length=4, cfg_scale=-1.0), "cfg_scale must be"),
     (dict(gen_length=4, temperature=-0.1), "temperature must be"),
     (dict(gen_length=4, top_p=0.0), "top_p must be"),
+    (dict(gen_length=4, repeat_penalty=0.0), "repeat_penalty must be"),
+    (dict(gen_length=4, repeat_last_n=-1), "repeat_last_n must be"),
     (dict(gen_length=4, threshold=0.9, factor=1.0), "at most one of"),
     (dict(gen_length=4, threshold=0.9, remasking="entropy"), "remasking='entropy'"),
     (dict(gen_length=4, entropy_bound=0.5, schedule="timestep"), "cannot be combined"),

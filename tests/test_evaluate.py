@@ -305,6 +305,19 @@ def test_samples_from_nothing(mdm, ar):
     assert rows[0].tokens == sum(len(s.ids) - 1 for s in samples)
 
 
+def test_judged_samples_take_the_repetition_penalty(mdm, ar):
+    """The penalty reaches every sample: each equals the same run of the model with it, and (the
+    tiny fixtures loop) the penalised samples differ from the plain ones."""
+    rows = [evaluate.generative_perplexity(mdm, ar, 2, 8, temps=[0.0], seed=3, repeat_penalty=rp)[0] for rp in (1, 3)]
+    for i, s in enumerate(rows[1].samples):
+        want = mdm.denoise_ids(encode(mdm, evaluate.OPENINGS[i]), 8, temperature=0.0, seed=3 + i, repeat_penalty=3)
+        assert s.ids[s.first:].tolist() == want
+    assert [s.ids.tolist() for s in rows[0].samples] != [s.ids.tolist() for s in rows[1].samples]
+    nothing = evaluate.generative_perplexity(ar, ar, 1, 6, temps=[0.0], seed=3, nothing=True, repeat_penalty=3)[0]
+    assert nothing.samples[0].ids.tolist() == [EOT] + ar.generate_ids([EOT], 6, temperature=0.0, repeat_penalty=3,
+                                                                      repeat_last_n=64)
+
+
 def test_reference_row_scores_the_held_out_story_starts(mdm, ar):
     r = evaluate.reference_row(mdm, ar, STORIES, 5)
     ids = [(encode(mdm, s) + [EOT])[:4 + 5] for s in STORIES]

@@ -57,8 +57,7 @@ def test_a_full_disk_is_one_line_and_status_1():
 # -- a flag of the other mode --------------------------------------------------------------------
 
 @pytest.mark.parametrize("flags, word", [
-    (["--truncate"], "--truncate"), (["--repeat-penalty", "1.2"], "--repeat-penalty"),
-    (["--min-p", "0.1"], "--min-p"), (["--repeat-last-n", "8"], "--repeat-last-n"),
+    (["--truncate"], "--truncate"), (["--min-p", "0.1"], "--min-p"),
 ])
 def test_autoregressive_flags_are_refused_in_diffusion(llada_dir, flags, word):  # noqa: F811
     status, out, err = run("generate", "-m", llada_dir, "-p", "Once", "-n", "4", *flags)

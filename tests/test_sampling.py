@@ -3,6 +3,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tinydiff.decoding import sampling as S
 from tinydiff.decoding.generate import _split_at_stop, stream_text
 from tinydiff.decoding.sampling import Sampler, SamplingParams, distribution, penalize
 from tinydiff.errors import UsageError
@@ -77,6 +78,23 @@ def test_repeat_last_n_limits_the_look_back():
     logits = np.array([2.0, 1.9], np.float32)
     s = sampler(temperature=0, repeat_penalty=2.0, repeat_last_n=1)
     assert s(logits, [0, 1]) == 0               # only token 1 is penalised
+
+
+@pytest.mark.parametrize("last_n", [0, 1, 3, 100])
+def test_penalize_near_is_penalize_with_the_known_tokens_near_each_row(last_n):
+    """Row r of penalize_near equals penalize() given, as history, the tokens at known canvas
+    positions within last_n of positions[r], on either side."""
+    rng = np.random.default_rng(3)
+    L, V = 40, 12
+    canvas, known = rng.integers(0, V, L), rng.random(L) < 0.5
+    positions = np.flatnonzero(~known)
+    z = rng.standard_normal((len(positions), V))
+    out = S.penalize_near(z.copy(), positions, canvas, known, 1.7, last_n)
+    for r, j in enumerate(positions):
+        near = [int(canvas[p]) for p in range(L) if known[p] and abs(p - j) <= last_n]
+        np.testing.assert_array_equal(out[r], penalize(z[r], near, 1.7, len(near)))
+    if last_n == 100:                                   # every known token reaches every row
+        assert (out != z).sum() == len(positions) * len(np.unique(canvas[known]))
 
 
 @pytest.mark.parametrize("kw", [dict(temperature=-0.1), dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.5),

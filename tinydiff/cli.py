@@ -35,9 +35,10 @@ def _add_sampling_args(p):
     p.add_argument("--top-p", type=float, default=None, help="top-p, 1 = off (default 0.95; masked diffusion: 1)")
     p.add_argument("--min-p", type=float, default=None, help="min-p, 0 = off (default 0.05; autoregressive only)")
     p.add_argument("--repeat-penalty", type=float, default=None,
-                   help="repetition penalty, 1 = off (default 1.0; autoregressive only)")
+                   help="repetition penalty, 1 = off (default 1.0)")
     p.add_argument("--repeat-last-n", type=int, default=None,
-                   help="tokens the penalty looks back at (default 64; autoregressive only)")
+                   help="tokens the penalty looks back at, 0 = off (default 64; masked diffusion: the known "
+                        "tokens this near a masked position, on either side)")
     p.add_argument("-s", "--seed", type=int, default=None, help="random seed (default or -1: fresh each run)")
 
 
@@ -167,6 +168,8 @@ def build_parser():
     cm.add_argument("-n", "--n-predict", type=int, default=64, help="tokens a sample (default 64)")
     cm.add_argument("--samples", type=int, default=8, help="samples a setting (default 8)")
     cm.add_argument("--temp", type=float, default=1.0, help="temperature of every setting (default 1)")
+    cm.add_argument("--repeat-penalty", type=float, default=1.0,
+                    help="repetition penalty of every setting, 1 = off (default 1; the tokens within 64 positions)")
     cm.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     cm.add_argument("--plot", default=None, help="draw ms per token against judged perplexity into FILE.svg")
     cm.set_defaults(run=cmd_compare)
@@ -250,7 +253,9 @@ def diffusion_sampling(args, seed):
     """The token choice of a denoising run: LLaDA's greedy defaults, unless a flag says otherwise
     (infill has no --top-k / --top-p: the defaults)."""
     return dict(temperature=_or(args.temp, 0.0), seed=seed, top_k=_or(getattr(args, "top_k", None), 0),
-                top_p=_or(getattr(args, "top_p", None), 1.0))
+                top_p=_or(getattr(args, "top_p", None), 1.0),
+                repeat_penalty=_or(getattr(args, "repeat_penalty", None), 1.0),
+                repeat_last_n=_or(getattr(args, "repeat_last_n", None), 64))
 
 
 def cmd_generate(args):
@@ -287,8 +292,7 @@ def _seed(seed):
 
 
 # flags that only one mode reads: given in the other, they are refused rather than ignored
-AR_ONLY = {"truncate": "--truncate", "min_p": "--min-p", "repeat_penalty": "--repeat-penalty",
-           "repeat_last_n": "--repeat-last-n"}
+AR_ONLY = {"truncate": "--truncate", "min_p": "--min-p"}
 
 
 def _refuse_other_modes_flags(args, mode):
@@ -586,6 +590,8 @@ def cmd_compare(args):
     from .training.compare import compare, table
     if args.n_predict < 1 or args.samples < 1:
         raise UsageError("compare: -n and --samples must be >= 1")
+    if not args.repeat_penalty > 0:
+        raise UsageError(f"compare: --repeat-penalty must be > 0, got {args.repeat_penalty:g}")
     if args.plot:
         check_plot_path(args.plot)                         # before minutes of measuring, not after
     ar = load(args.ar, threads=args.threads)
@@ -597,8 +603,8 @@ def cmd_compare(args):
             raise UsageError(f"compare: {flag} {m.path} is not a {'block' if flag == '--bd' else 'masked'}-"
                              "diffusion model")
     roofline = _roofline(args.threads)
-    rows = compare(ar, mdm, bd, ar, args.n_predict, args.samples, args.temp, roofline)
-    print(table(rows, roofline, args.n_predict, args.samples, args.temp))
+    rows = compare(ar, mdm, bd, ar, args.n_predict, args.samples, args.temp, roofline, args.repeat_penalty)
+    print(table(rows, roofline, args.n_predict, args.samples, args.temp, args.repeat_penalty))
     if args.plot:
         tradeoff_svg([(r.label, r.seconds / r.tokens * 1e3, r.judged.perplexity) for r in rows], args.plot)
         print(f"plot: {args.plot}")

@@ -28,7 +28,7 @@ How many positions a step commits:
   and a block that reaches its cap commits everything left at its last step.
 
 Which positions (remasking), scored from p = softmax(logits) at temperature 1 in float64, taken
-after guidance and after the banned tokens are removed, before top-k/top-p (those only limit what
+after guidance, after the banned tokens are removed and after the repetition penalty, before top-k/top-p (those only limit what
 can be drawn); each row's max, sum of e^(z - max) (and entropy sum) come from one C pass
 (kernels.softmax_stats, e^ within 2 ulp), p is never written out whole. This is LLaDA's choice
 for low_confidence (Dream scores the tempered distribution):
@@ -44,7 +44,11 @@ top-p first restrict the token set, in tinydiff.decoding.sampling's order. g is 
 (kernels.gumbel_max) from the uniforms NumPy's rng.gumbel would make it from, by its formula: the
 draws are sampling.gumbel_max's with the same rng, in a third of its time (choosing 119 positions
 of a 126k vocabulary: 80 ms against 290 on 2 cores). The mask token is never chosen (a committed
-mask would look masked again); with eos="suppress" neither are the EOS ids.
+mask would look masked again); with eos="suppress" neither are the EOS ids. repeat_penalty > 1 is
+HF's and llama.cpp's rule (positive logits divided by it, negative ones multiplied) on the distinct
+tokens already on the canvas (given or committed) within repeat_last_n positions of the masked one,
+on either side: a canvas has no "last n tokens", and a word committed ahead repeats as much as one
+behind (sampling.penalize_near).
 
 cfg_scale > 0 is classifier-free guidance: a second canvas row with the prompt replaced by masks
 runs in the same forward pass (batch of 2), and logits = un + (cfg_scale + 1) * (cond - un).
@@ -90,7 +94,7 @@ from ..engine import kernels as K
 from ..engine.masks import BIDIRECTIONAL, CAUSAL
 from ..engine.transformer import canvas_pass, canvas_rows, source_rows
 from ..errors import UsageError, check_all, from_keywords, is_integer, is_number
-from .sampling import restrict
+from .sampling import penalize_near, restrict
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
 SCHEDULES = ("uniform", "timestep")
@@ -154,6 +158,8 @@ class Options:
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
+    repeat_penalty: float = 1.0     # 1 = off; the known tokens within repeat_last_n positions, either side
+    repeat_last_n: int = 64
     threshold: Optional[float] = _option(None, "--threshold", "commit every position this confident (Fast-dLLM)",
                                          type=float)
     factor: Optional[float] = _option(None, "--factor", "Fast-dLLM's factor rule", type=float)
@@ -183,6 +189,10 @@ class Options:
              f"temperature must be >= 0, got {self.temperature!r}"),
             (is_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
             (is_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}"),
+            (is_number(self.repeat_penalty) and self.repeat_penalty > 0,
+             f"repeat_penalty must be > 0, got {self.repeat_penalty!r}"),
+            (is_integer(self.repeat_last_n) and self.repeat_last_n >= 0,
+             f"repeat_last_n must be an integer >= 0, got {self.repeat_last_n!r}"),
             (self.threshold is None or is_number(self.threshold) and 0 < self.threshold <= 1,
              f"threshold must be in (0, 1], got {self.threshold!r}"),
             (self.factor is None or is_number(self.factor) and self.factor > 0,
@@ -405,7 +415,7 @@ def _denoise(config, canvas, given, start, o, mask_id, stop_ids):
             logits = (yield from _block_logits(config, x, lo, hi, last, todo)) if exact \
                 else (yield CanvasPass(x, *span, want=todo))         # [B, m, V]: only the rows that can change
             passes += 1
-            tokens, conf, entropy = _predict(logits, o, rng, banned)
+            tokens, conf, entropy = _predict(logits, o, rng, banned, todo, x[0], x[0] != mask_id)
             chosen = _choose(o, conf, entropy, _count(o, s, plan_.steps_per_block, counts, len(todo)), rng)
             pick = todo[chosen]
             x[:, pick] = tokens[chosen]
@@ -500,10 +510,11 @@ def cfg_logits(cond, un, scale):
     return un + (scale + 1) * (cond - un)
 
 
-def _predict(logits, o, rng, banned):
-    """logits [B, m, V] of the m masked positions -> token [m], confidence [m], entropy [m] (float64;
-    the entropies NaN unless the rule or the remasking reads them). The softmax at temperature 1 is
-    summed up by one C pass over each row (K.softmax_stats): p is never written out whole."""
+def _predict(logits, o, rng, banned, todo, canvas, known):
+    """logits [B, m, V] of the m masked positions todo [m] -> token [m], confidence [m], entropy [m]
+    (float64; the entropies NaN unless the rule or the remasking reads them). canvas [L] and known [L]
+    (not masked) for the repetition penalty. The softmax at temperature 1 is summed up by one C pass
+    over each row (K.softmax_stats): p is never written out whole."""
     B, m, V = logits.shape
     ledger.book_sampling(cost.sampling(B * m, V))
     tokens, conf, entropy = np.empty(m, np.int64), np.empty(m), np.full(m, np.nan)
@@ -518,6 +529,7 @@ def _predict(logits, o, rng, banned):
         if B == 2:
             z = cfg_logits(z, logits[1, rows].astype(np.float64), o.cfg_scale)
         z[:, banned] = -np.inf
+        penalize_near(z, todo[rows], canvas, known, o.repeat_penalty, o.repeat_last_n)
         top, first, total, h = K.softmax_stats(z, entropy=need_h)    # p = e^(z - top) / total  [c] each
         tok = first if o.temperature == 0 else K.gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature,
                                                             rng.random(out=u_rows[:len(z)]))  # rng.gumbel's

@@ -9,7 +9,8 @@ temperature first, so the same top_p keeps fewer tokens there when T < 1).
 
 Autoregressive decoding (generate.py) samples one row at a time through a Sampler, whose defaults
 are llama.cpp's (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty); masked
-diffusion (diffusion.py) calls restrict() and gumbel_max() on many rows at once.
+diffusion (diffusion.py) calls penalize_near(), restrict() and gumbel_max() on many rows at once
+(its penalty looks at the known tokens near each masked position, on both sides).
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -82,6 +83,23 @@ def penalize(logits, history, penalty, last_n):
     vals = logits[seen]
     logits[seen] = np.where(vals > 0, vals / penalty, vals * penalty)
     return logits
+
+
+def penalize_near(z, positions, canvas, known, penalty, last_n):
+    """Masked diffusion's repetition penalty, in place on z [c, V] (float64 logits of the canvas
+    positions `positions` [c]): row r gets penalize()'s rule for every distinct token at a known
+    position of canvas [L] (known [L] bool: given or committed) within last_n positions of
+    positions[r], on either side (a canvas is read both ways, and a word committed to the right
+    repeats as much as one to the left). last_n = 0 or penalty = 1: off."""
+    if penalty == 1.0 or not last_n:
+        return z
+    at = np.flatnonzero(known)                                           # [s] known positions
+    r, k = np.nonzero(np.abs(positions[:, None] - at[None, :]) <= last_n)  # pairs (row, known one) near
+    hit = np.zeros(z.shape, bool)
+    hit[r, canvas[at[k]]] = True                                         # each token once per row
+    vals = z[hit]
+    z[hit] = np.where(vals > 0, vals / penalty, vals * penalty)
+    return z
 
 
 def candidates(z, top_k=0, top_p=1.0, min_p=0.0):

@@ -1,12 +1,13 @@
 """`tinydiff compare`: the question the project exists for, measured. Where does diffusion pay?
 
     tinydiff compare [--ar stories5m-ar] [--mdm stories5m-mdm] [--bd stories5m-bd] [-n 64] [--samples 8]
-                     [--temp 1] [--plot FILE.svg]
+                     [--temp 1] [--repeat-penalty 1] [--plot FILE.svg]
 
 The autoregressive model, the masked-diffusion model and the block-diffusion model each write n
 tokens after the same story openings (sample i continues OPENINGS[i % 8] with seed i), at one
-temperature, top-k/top-p off. Settings: AR decoding; the masked-diffusion model at 1 and 2 tokens a
-step; the block model at 1, 2 and 4 tokens a step (its config's blocks). For each, per generated
+temperature, top-k/top-p off, one repetition penalty (1: off; the tokens within 64 positions).
+Settings: AR decoding; the masked-diffusion model at 1 and 2 tokens a step; the block model at 1,
+2 and 4 tokens a step (its config's blocks). For each, per generated
 token: forward passes, weight bytes and FLOPs (the run's own Ledger), the roofline's predicted time
 (each pass at max(FLOPs / peak, bytes / bandwidth)) and the measured time; and the quality: the AR
 model's perplexity on the samples (judged perplexity, as `tinydiff eval --judge`), their unigram
@@ -44,12 +45,12 @@ HEADER = (f"{'setting':34s} {'pass/t':>6s} {'t/pass':>6s} {'MB/tok':>8s} {'MFLOP
           f"{'ms/tok':>8s} {'judge ppl':>9s} {'entropy':>7s} {'rep4':>5s}")
 
 
-def settings(ar, mdm, bd, n, temperature):
+def settings(ar, mdm, bd, n, temperature, repeat_penalty=1.0):
     """[(label, model, generate(prompt_ids, seed) -> new ids)] for the models given (None: left out)."""
-    out = []
+    out, pen = [], dict(repeat_penalty=repeat_penalty, repeat_last_n=64)
     if ar is not None:
         out.append(("autoregressive", ar, lambda p, s: ar.generate_ids(
-            p, n, temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=s)))
+            p, n, temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=s, **pen)))
     for model, name, per_step in ((mdm, "masked diffusion", (1, 2)), (bd, "block diffusion", (1, 2, 4))):
         if model is None:
             continue
@@ -57,7 +58,8 @@ def settings(ar, mdm, bd, n, temperature):
             if n % k:
                 raise UsageError(f"compare: -n {n} is not a multiple of {k} tokens a step")
             out.append((f"{name}, {k} token{'s' if k > 1 else ''} a step", model,
-                        lambda p, s, m=model, k=k: m.denoise_ids(p, n, steps=n // k, temperature=temperature, seed=s)))
+                        lambda p, s, m=model, k=k: m.denoise_ids(p, n, steps=n // k, temperature=temperature, seed=s,
+                                                                 **pen)))
     return out
 
 
@@ -75,14 +77,15 @@ def run_setting(label, model, generate, judge, samples, roofline):
     return Row(label, tokens, len(passes), flops, nbytes, predicted, seconds, judge_row(model, judge, seqs, label))
 
 
-def compare(ar, mdm, bd, judge, n, samples, temperature, roofline):
+def compare(ar, mdm, bd, judge, n, samples, temperature, roofline, repeat_penalty=1.0):
     return [run_setting(label, model, generate, judge, samples, roofline)
-            for label, model, generate in settings(ar, mdm, bd, n, temperature)]
+            for label, model, generate in settings(ar, mdm, bd, n, temperature, repeat_penalty)]
 
 
-def table(rows, roofline, n, samples, temperature):
-    lines = [f"{samples} samples of {n} tokens after story openings, temperature {temperature:g}, top-k/top-p off; "
-             "per generated token; judged by the AR model", HEADER, "-" * len(HEADER)]
+def table(rows, roofline, n, samples, temperature, repeat_penalty=1.0):
+    penalty = f", repetition penalty {repeat_penalty:g} (the tokens within 64)" if repeat_penalty != 1 else ""
+    lines = [f"{samples} samples of {n} tokens after story openings, temperature {temperature:g}{penalty}, top-k/top-p "
+             "off; per generated token; judged by the AR model", HEADER, "-" * len(HEADER)]
     lines += [r.line() for r in rows]
     lines.append(f"machine: {roofline.mem_gbs:.1f} GB/s memory, {roofline.peak_gflops:.0f} GFLOP/s peak f32 "
                  f"({roofline.threads} threads)")

@@ -153,6 +153,8 @@ def add_eval_arguments(p):
     g.add_argument("--block", type=int, default=None, help="block length (default: one block)")
     g.add_argument("--remask", default="low_confidence", choices=diffusion.REMASKING,
                    help="which positions a step commits first (default low_confidence)")
+    g.add_argument("--repeat-penalty", type=float, default=1.0,
+                   help="repetition penalty of every row, 1 = off (default 1; the tokens within 64 positions)")
     g.add_argument("--from-nothing", action="store_true",
                    help="write each sample from nothing instead of a story opening: a bidirectional model "
                         "fills an all-mask canvas, an autoregressive one continues <|endoftext|>")
@@ -579,7 +581,8 @@ def from_nothing(model, n, gen_length, seed, **options):
     for i in range(n):
         if model.config.causal:
             ids = model.generate_ids([eot], gen_length, temperature=options["temperature"], top_k=0, top_p=1.0,
-                                     min_p=0.0, repeat_penalty=1.0, seed=seed + i)
+                                     min_p=0.0, repeat_penalty=options.get("repeat_penalty", 1.0), repeat_last_n=64,
+                                     seed=seed + i)
             passes.append(len(ids))
         else:
             result = model.denoise_result([model.mask_id] * gen_length, fixed=np.zeros(gen_length, bool),
@@ -591,7 +594,8 @@ def from_nothing(model, n, gen_length, seed, **options):
 
 
 def generative_perplexity(model, judge, n, gen_length, steps=(None,), thresholds=(None,), temps=(1.0,),
-                          seed=0, block_length=None, remasking="low_confidence", nothing=False, bounds=(None,)):
+                          seed=0, block_length=None, remasking="low_confidence", nothing=False, bounds=(None,),
+                          repeat_penalty=1.0):
     """One JudgeRow per combination of steps x rule x temperature, the rules the thresholds, or
     (given instead) the entropy bounds; nothing: from_nothing's samples instead of continued openings."""
     rows = []
@@ -599,11 +603,12 @@ def generative_perplexity(model, judge, n, gen_length, steps=(None,), thresholds
     for s, (th, eb), temp in itertools.product(steps, rules, temps):
         t0 = time.perf_counter()
         if nothing and model.config.causal:
-            samples, passes = from_nothing(model, n, gen_length, seed, temperature=temp)
+            samples, passes = from_nothing(model, n, gen_length, seed, temperature=temp, repeat_penalty=repeat_penalty)
         else:
             draw = from_nothing if nothing else draw_samples
             samples, passes = draw(model, n, gen_length, seed, steps=s, threshold=th, entropy_bound=eb,
-                                   temperature=temp, block_length=block_length, remasking=remasking)
+                                   temperature=temp, block_length=block_length, remasking=remasking,
+                                   repeat_penalty=repeat_penalty)
         setting = {"steps": gen_length if s is None else s, "threshold": th, "entropy_bound": eb, "temperature": temp}
         rows.append(judge_row(model, judge, samples, setting, passes, time.perf_counter() - t0))
     return rows
@@ -652,6 +657,8 @@ def _check_args(args):
         raise UsageError("give one of --judge, --against, --bigram and --infill")
     if args.threshold != [None] and args.entropy_bound != [None]:
         raise UsageError("give --threshold or --entropy-bound, not both (a step commits by one rule)")
+    if not args.repeat_penalty > 0:
+        raise UsageError(f"--repeat-penalty must be > 0, got {args.repeat_penalty:g}")
     for rate in args.infill or ():
         if not 0 < rate < 1:
             raise UsageError(f"--infill: each rate must be in (0, 1), got {rate:g}")
@@ -748,7 +755,8 @@ def _run_judge(args):
     if not model.config.causal:
         mask_token(model)
     rows = generative_perplexity(model, judge, args.samples, args.gen_length, args.steps, args.threshold,
-                                 args.temp, args.seed, args.block, args.remask, args.from_nothing, args.entropy_bound)
+                                 args.temp, args.seed, args.block, args.remask, args.from_nothing, args.entropy_bound,
+                                 args.repeat_penalty)
     if args.data:
         rows.append(reference_row(model, judge, _read_stories(args)[:args.samples], args.gen_length))
     _print(args, {"model": model.path, "judge": judge.path, "gen_length": args.gen_length,
@@ -814,7 +822,9 @@ def judge_report(model, judge, args, rows):
     lines = [f"model: {model.path}", f"judge: {judge.path}",
              f"{args.samples} samples per row, gen_length {args.gen_length}, " +
              ("from nothing (an all-mask canvas, or <|endoftext|> for an AR model)" if args.from_nothing else
-              f"openings cycled from {', '.join(repr(o) for o in OPENINGS)}"),
+              f"openings cycled from {', '.join(repr(o) for o in OPENINGS)}") +
+             (f"; repetition penalty {args.repeat_penalty:g} (the tokens within 64 positions)"
+              if args.repeat_penalty != 1 else ""),
              f"{'steps':>13} {'threshold':>9} {'ebound':>6} {'temp':>5} {'passes':>7} {'tokens':>7} {'judge ppl':>9} "
              f"{'entropy':>7} {'rep4':>5} {'seconds':>7}"]
     for r in rows:
