@@ -200,6 +200,21 @@ def test_threshold_with_a_step_cap_finishes_the_block_at_the_cap():
     assert out.commits == [3, 3] and out.passes == 2
 
 
+def test_gap_keeps_one_steps_commits_apart_the_most_confident_first():
+    steps, out = run(table([0.9] * 4), gen_length=4, threshold=0.5, gap=1)
+    assert order(steps) == [[P, P + 2], [P + 1, P + 3]]                 # ties: leftmost first
+    assert run(table([0.9] * 4), gen_length=4, threshold=0.5)[1].commits == [4]
+    # .95 at P+1 goes first and blocks P..P+3 (within 2); P+4 is 3 away
+    steps, _ = run(table([0.9, 0.95, 0.9, 0.9, 0.9]), gen_length=5, threshold=0.5, gap=2)
+    assert order(steps)[0] == [P + 1, P + 4]
+    assert sorted(sum(order(steps), [])) == list(range(P, P + 5))       # every position, once
+
+
+def test_gap_never_holds_back_a_blocks_last_step():
+    _, out = run(table([0.9] * 6), gen_length=6, steps=2, threshold=0.5, gap=3)
+    assert out.commits == [2, 4]                                        # the cap: the rest at once
+
+
 def test_factor_rule_takes_the_largest_n_with_c_n_at_least_1_minus_f_over_n_plus_1():
     # sorted .99, .9, .8, .5 with factor 1: n=2 needs .667 (ok), n=3 .75 (ok), n=4 .8 (.5 fails) -> 3.
     # Fast-dLLM's code would commit all 4 here (only the last fails); the rule says 3.
@@ -539,6 +554,8 @@ def no_mask_model():
     (dict(gen_length=4, temperature=-0.1), "temperature must be"),
     (dict(gen_length=4, top_p=0.0), "top_p must be"),
     (dict(gen_length=4, repeat_penalty=0.0), "repeat_penalty must be"),
+    (dict(gen_length=4, threshold=0.5, gap=-1), "gap must be"),
+    (dict(gen_length=4, gap=1), "gap spaces the picks"),
     (dict(gen_length=4, repeat_last_n=-1), "repeat_last_n must be"),
     (dict(gen_length=4, threshold=0.9, factor=1.0), "at most one of"),
     (dict(gen_length=4, threshold=0.9, remasking="entropy"), "remasking='entropy'"),

@@ -318,6 +318,14 @@ def test_judged_samples_take_the_repetition_penalty(mdm, ar):
                                                                       repeat_last_n=64)
 
 
+def test_judged_samples_take_the_gap_on_the_rows_with_a_rule(mdm, ar):
+    plain, spaced = evaluate.generative_perplexity(mdm, ar, 2, 8, thresholds=[None, 0.2], temps=[1.0], seed=3, gap=2)
+    for i, (a, b) in enumerate(zip(plain.samples, spaced.samples)):
+        prompt = encode(mdm, evaluate.OPENINGS[i])
+        assert a.ids[a.first:].tolist() == mdm.denoise_ids(prompt, 8, temperature=1.0, seed=3 + i)
+        assert b.ids[b.first:].tolist() == mdm.denoise_ids(prompt, 8, temperature=1.0, seed=3 + i, threshold=0.2, gap=2)
+
+
 def test_reference_row_scores_the_held_out_story_starts(mdm, ar):
     r = evaluate.reference_row(mdm, ar, STORIES, 5)
     ids = [(encode(mdm, s) + [EOT])[:4 + 5] for s in STORIES]
@@ -505,6 +513,9 @@ def test_bad_input_is_one_line_naming_what_is_wrong(tmp_path, data, mdm_dir, wid
         (UsageError, "give --threshold or --entropy-bound, not both",
          ["-m", mdm_dir, "--judge", AR, "--threshold", "0.9", "--entropy-bound", "1"]),
         (UsageError, "entropy_bound must be >= 0", ["-m", mdm_dir, "--judge", AR, "--entropy-bound", "-1"]),
+        (UsageError, "--gap 2: give N >= 1 with --threshold", ["-m", mdm_dir, "--judge", AR, "--gap", "2"]),
+        (UsageError, "--gap -1", ["-m", mdm_dir, "--judge", AR, "--threshold", "0.5", "--gap", "-1"]),
+        (UsageError, "--repeat-penalty must be > 0", ["-m", mdm_dir, "--judge", AR, "--repeat-penalty", "0"]),
         (ModelError, "neither causal nor with a mask token", ["-m", no_mask_dir, "--data", data]),
         (ModelError, "not a model folder", ["-m", tmp_path / "nowhere", "--data", data]),
     ]

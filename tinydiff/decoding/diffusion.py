@@ -26,6 +26,14 @@ How many positions a step commits:
                        (at least 1).
   With threshold/factor/entropy_bound the number of steps is adaptive: `steps` is a cap (per block),
   and a block that reaches its cap commits everything left at its last step.
+  gap                  with an adaptive rule: the positions one step commits are more than `gap`
+                       apart. The rule's picks are taken in its order (the most confident first)
+                       and each is kept only if no position kept before it is within `gap`; a later
+                       step takes the others if they still qualify. Neighbours depend on each other
+                       most ("the the", or two halves of different phrases), and drawing them in one
+                       step draws each from its marginal as if the other were unknown: DUS
+                       (Luxembourg, Permuter & Nachmani 2025, dilated unmasking) keeps the tokens of
+                       one step apart for this reason; here it filters Fast-dLLM's picks.
 
 Which positions (remasking), scored from p = softmax(logits) at temperature 1 in float64, taken
 after guidance, after the banned tokens are removed and after the repetition penalty, before top-k/top-p (those only limit what
@@ -164,6 +172,8 @@ class Options:
                                          type=float)
     factor: Optional[float] = _option(None, "--factor", "Fast-dLLM's factor rule", type=float)
     entropy_bound: Optional[float] = _option(None, "--entropy-bound", "EB-sampler's entropy bound", type=float)
+    gap: int = _option(0, "--gap", "positions one step commits are more than N apart (with --threshold, --factor "
+                       "or --entropy-bound)", type=int)
     schedule: str = _option("uniform", "--schedule", "tokens per step", choices=SCHEDULES)
     eps: float = 1e-3
     alg_temp: Optional[float] = None
@@ -199,6 +209,7 @@ class Options:
              f"factor must be > 0, got {self.factor!r}"),
             (self.entropy_bound is None or is_number(self.entropy_bound) and self.entropy_bound >= 0,
              f"entropy_bound must be >= 0, got {self.entropy_bound!r}"),
+            (is_integer(self.gap) and self.gap >= 0, f"gap must be an integer >= 0, got {self.gap!r}"),
             (is_number(self.eps) and 0 < self.eps < 1, f"eps must be in (0, 1), got {self.eps!r}"),
             (self.alg_temp is None or is_number(self.alg_temp) and self.alg_temp >= 0,
              f"alg_temp must be >= 0, got {self.alg_temp!r}"),
@@ -209,6 +220,9 @@ class Options:
         rules = [n for n in ("threshold", "factor", "entropy_bound") if getattr(self, n) is not None]
         if len(rules) > 1:
             raise UsageError(f"give at most one of threshold, factor, entropy_bound; got {' and '.join(rules)}")
+        if self.gap and not rules:
+            raise UsageError("gap spaces the picks of an adaptive rule; give threshold, factor or entropy_bound "
+                             "(a fixed count a step could not always be met)")
         if rules and self.schedule != "uniform":
             raise UsageError(f"schedule={self.schedule!r} fixes the count per step; "
                              f"it cannot be combined with {rules[0]}")
@@ -416,7 +430,10 @@ def _denoise(config, canvas, given, start, o, mask_id, stop_ids):
                 else (yield CanvasPass(x, *span, want=todo))         # [B, m, V]: only the rows that can change
             passes += 1
             tokens, conf, entropy = _predict(logits, o, rng, banned, todo, x[0], x[0] != mask_id)
-            chosen = _choose(o, conf, entropy, _count(o, s, plan_.steps_per_block, counts, len(todo)), rng)
+            count = _count(o, s, plan_.steps_per_block, counts, len(todo))
+            chosen = _choose(o, conf, entropy, count, rng)
+            if o.gap and count is None:
+                chosen = _apart(chosen, todo, o.gap, L)
             pick = todo[chosen]
             x[:, pick] = tokens[chosen]
             commits.append(len(pick))
@@ -569,6 +586,18 @@ def _choose(o, conf, entropy, count, rng):
         ok = c >= (o.threshold if o.threshold is not None else 1 - o.factor / (np.arange(1, m + 1) + 1))
     leading = m if ok.all() else int(np.argmin(ok))
     return order[:max(1, leading)]                      # at least one: a block never stalls
+
+
+def _apart(chosen, positions, gap, L):
+    """The indices of `chosen` (in order of preference) whose canvas positions (positions[i]) are more
+    than gap from every one kept before them; the first is always kept."""
+    blocked, keep = np.zeros(L + 2 * gap, bool), []                 # blocked[p + gap]: position p is too near
+    for i in chosen:
+        p = int(positions[i]) + gap
+        if not blocked[p]:
+            keep.append(i)
+            blocked[p - gap:p + gap + 1] = True
+    return np.asarray(keep, np.int64)
 
 
 # -- infilling text ---------------------------------------------------------------------------

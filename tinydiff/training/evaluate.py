@@ -153,6 +153,9 @@ def add_eval_arguments(p):
     g.add_argument("--block", type=int, default=None, help="block length (default: one block)")
     g.add_argument("--remask", default="low_confidence", choices=diffusion.REMASKING,
                    help="which positions a step commits first (default low_confidence)")
+    g.add_argument("--gap", type=int, default=0,
+                   help="positions one step commits are more than N apart (with --threshold or --entropy-bound; "
+                        "default 0)")
     g.add_argument("--repeat-penalty", type=float, default=1.0,
                    help="repetition penalty of every row, 1 = off (default 1; the tokens within 64 positions)")
     g.add_argument("--from-nothing", action="store_true",
@@ -595,7 +598,7 @@ def from_nothing(model, n, gen_length, seed, **options):
 
 def generative_perplexity(model, judge, n, gen_length, steps=(None,), thresholds=(None,), temps=(1.0,),
                           seed=0, block_length=None, remasking="low_confidence", nothing=False, bounds=(None,),
-                          repeat_penalty=1.0):
+                          repeat_penalty=1.0, gap=0):
     """One JudgeRow per combination of steps x rule x temperature, the rules the thresholds, or
     (given instead) the entropy bounds; nothing: from_nothing's samples instead of continued openings."""
     rows = []
@@ -608,7 +611,7 @@ def generative_perplexity(model, judge, n, gen_length, steps=(None,), thresholds
             draw = from_nothing if nothing else draw_samples
             samples, passes = draw(model, n, gen_length, seed, steps=s, threshold=th, entropy_bound=eb,
                                    temperature=temp, block_length=block_length, remasking=remasking,
-                                   repeat_penalty=repeat_penalty)
+                                   repeat_penalty=repeat_penalty, gap=gap if th is not None or eb is not None else 0)
         setting = {"steps": gen_length if s is None else s, "threshold": th, "entropy_bound": eb, "temperature": temp}
         rows.append(judge_row(model, judge, samples, setting, passes, time.perf_counter() - t0))
     return rows
@@ -659,6 +662,8 @@ def _check_args(args):
         raise UsageError("give --threshold or --entropy-bound, not both (a step commits by one rule)")
     if not args.repeat_penalty > 0:
         raise UsageError(f"--repeat-penalty must be > 0, got {args.repeat_penalty:g}")
+    if args.gap < 0 or args.gap and args.threshold == [None] and args.entropy_bound == [None]:
+        raise UsageError(f"--gap {args.gap}: give N >= 1 with --threshold or --entropy-bound (it spaces their picks)")
     for rate in args.infill or ():
         if not 0 < rate < 1:
             raise UsageError(f"--infill: each rate must be in (0, 1), got {rate:g}")
@@ -756,7 +761,7 @@ def _run_judge(args):
         mask_token(model)
     rows = generative_perplexity(model, judge, args.samples, args.gen_length, args.steps, args.threshold,
                                  args.temp, args.seed, args.block, args.remask, args.from_nothing, args.entropy_bound,
-                                 args.repeat_penalty)
+                                 args.repeat_penalty, args.gap)
     if args.data:
         rows.append(reference_row(model, judge, _read_stories(args)[:args.samples], args.gen_length))
     _print(args, {"model": model.path, "judge": judge.path, "gen_length": args.gen_length,
@@ -824,7 +829,8 @@ def judge_report(model, judge, args, rows):
              ("from nothing (an all-mask canvas, or <|endoftext|> for an AR model)" if args.from_nothing else
               f"openings cycled from {', '.join(repr(o) for o in OPENINGS)}") +
              (f"; repetition penalty {args.repeat_penalty:g} (the tokens within 64 positions)"
-              if args.repeat_penalty != 1 else ""),
+              if args.repeat_penalty != 1 else "") +
+             (f"; a step's commits more than {args.gap} apart (rows with a rule)" if args.gap else ""),
              f"{'steps':>13} {'threshold':>9} {'ebound':>6} {'temp':>5} {'passes':>7} {'tokens':>7} {'judge ppl':>9} "
              f"{'entropy':>7} {'rep4':>5} {'seconds':>7}"]
     for r in rows:
