@@ -255,6 +255,19 @@ def test_compare_runs_the_three_shipped_models_and_draws_the_tradeoff(tmp_path):
     assert len(xml.dom.minidom.parse(str(plot)).getElementsByTagName("circle")) == 6
 
 
+def test_compare_adds_a_threshold_row_for_each_diffusion_model():
+    status, out, err = run("compare", "--bd", "none", "-n", "16", "--samples", "2", "-t", "1", "--threshold", "0.1",
+                           "--gap", "4")
+    assert status == 0, err
+    rows = [line for line in out.splitlines() if line.startswith(("autoregressive", "masked"))]
+    assert rows[-1].startswith("masked diffusion, threshold 0.1, gap 4 ")
+    assert float(rows[-1].split()[-9]) <= 1.0                               # at most one pass a token
+    for argv, words in ((["--gap", "2"], "--gap 2"), (["--threshold", "0"], "--threshold"),
+                        (["--repeat-penalty", "0"], "--repeat-penalty")):
+        status, out, err = run("compare", "-n", "8", "--samples", "1", *argv)
+        assert_one_line_error(status, err, 2, words)
+
+
 def test_compare_refuses_a_model_of_the_wrong_kind_before_measuring(tmp_path):
     status, out, err = run("compare", "--bd", "stories5m-mdm", "-n", "8", "--samples", "1")
     assert_one_line_error(status, err, 2, "stories5m-mdm", "block-diffusion")

@@ -168,6 +168,9 @@ def build_parser():
     cm.add_argument("-n", "--n-predict", type=int, default=64, help="tokens a sample (default 64)")
     cm.add_argument("--samples", type=int, default=8, help="samples a setting (default 8)")
     cm.add_argument("--temp", type=float, default=1.0, help="temperature of every setting (default 1)")
+    cm.add_argument("--threshold", type=float, default=None,
+                    help="also decode each diffusion model by this confidence threshold (Fast-dLLM)")
+    cm.add_argument("--gap", type=int, default=0, help="with --threshold: a step's commits more than N apart")
     cm.add_argument("--repeat-penalty", type=float, default=1.0,
                     help="repetition penalty of every setting, 1 = off (default 1; the tokens within 64 positions)")
     cm.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
@@ -592,6 +595,10 @@ def cmd_compare(args):
         raise UsageError("compare: -n and --samples must be >= 1")
     if not args.repeat_penalty > 0:
         raise UsageError(f"compare: --repeat-penalty must be > 0, got {args.repeat_penalty:g}")
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        raise UsageError(f"compare: --threshold must be in (0, 1], got {args.threshold:g}")
+    if args.gap < 0 or args.gap and args.threshold is None:
+        raise UsageError(f"compare: --gap {args.gap}: give N >= 1 with --threshold (it spaces its picks)")
     if args.plot:
         check_plot_path(args.plot)                         # before minutes of measuring, not after
     ar = load(args.ar, threads=args.threads)
@@ -603,7 +610,8 @@ def cmd_compare(args):
             raise UsageError(f"compare: {flag} {m.path} is not a {'block' if flag == '--bd' else 'masked'}-"
                              "diffusion model")
     roofline = _roofline(args.threads)
-    rows = compare(ar, mdm, bd, ar, args.n_predict, args.samples, args.temp, roofline, args.repeat_penalty)
+    rows = compare(ar, mdm, bd, ar, args.n_predict, args.samples, args.temp, roofline, args.repeat_penalty,
+                   args.threshold, args.gap)
     print(table(rows, roofline, args.n_predict, args.samples, args.temp, args.repeat_penalty))
     if args.plot:
         tradeoff_svg([(r.label, r.seconds / r.tokens * 1e3, r.judged.perplexity) for r in rows], args.plot)

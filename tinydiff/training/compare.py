@@ -1,13 +1,14 @@
 """`tinydiff compare`: the question the project exists for, measured. Where does diffusion pay?
 
     tinydiff compare [--ar stories5m-ar] [--mdm stories5m-mdm] [--bd stories5m-bd] [-n 64] [--samples 8]
-                     [--temp 1] [--repeat-penalty 1] [--plot FILE.svg]
+                     [--temp 1] [--repeat-penalty 1] [--threshold X [--gap N]] [--plot FILE.svg]
 
 The autoregressive model, the masked-diffusion model and the block-diffusion model each write n
 tokens after the same story openings (sample i continues OPENINGS[i % 8] with seed i), at one
 temperature, top-k/top-p off, one repetition penalty (1: off; the tokens within 64 positions).
 Settings: AR decoding; the masked-diffusion model at 1 and 2 tokens a step; the block model at 1,
-2 and 4 tokens a step (its config's blocks). For each, per generated
+2 and 4 tokens a step (its config's blocks); with --threshold, each diffusion model also by that
+rule (at most one pass a token; --gap spaces a step's commits, diffusion.py says how). For each, per generated
 token: forward passes, weight bytes and FLOPs (the run's own Ledger), the roofline's predicted time
 (each pass at max(FLOPs / peak, bytes / bandwidth)) and the measured time; and the quality: the AR
 model's perplexity on the samples (judged perplexity, as `tinydiff eval --judge`), their unigram
@@ -45,8 +46,9 @@ HEADER = (f"{'setting':34s} {'pass/t':>6s} {'t/pass':>6s} {'MB/tok':>8s} {'MFLOP
           f"{'ms/tok':>8s} {'judge ppl':>9s} {'entropy':>7s} {'rep4':>5s}")
 
 
-def settings(ar, mdm, bd, n, temperature, repeat_penalty=1.0):
-    """[(label, model, generate(prompt_ids, seed) -> new ids)] for the models given (None: left out)."""
+def settings(ar, mdm, bd, n, temperature, repeat_penalty=1.0, threshold=None, gap=0):
+    """[(label, model, generate(prompt_ids, seed) -> new ids)] for the models given (None: left out);
+    with a threshold, each diffusion model also decodes by it (and gap), at most one pass a token."""
     out, pen = [], dict(repeat_penalty=repeat_penalty, repeat_last_n=64)
     if ar is not None:
         out.append(("autoregressive", ar, lambda p, s: ar.generate_ids(
@@ -60,6 +62,10 @@ def settings(ar, mdm, bd, n, temperature, repeat_penalty=1.0):
             out.append((f"{name}, {k} token{'s' if k > 1 else ''} a step", model,
                         lambda p, s, m=model, k=k: m.denoise_ids(p, n, steps=n // k, temperature=temperature, seed=s,
                                                                  **pen)))
+        if threshold is not None:
+            out.append((f"{name}, threshold {threshold:g}" + (f", gap {gap}" if gap else ""), model,
+                        lambda p, s, m=model: m.denoise_ids(p, n, threshold=threshold, gap=gap,
+                                                            temperature=temperature, seed=s, **pen)))
     return out
 
 
@@ -77,9 +83,9 @@ def run_setting(label, model, generate, judge, samples, roofline):
     return Row(label, tokens, len(passes), flops, nbytes, predicted, seconds, judge_row(model, judge, seqs, label))
 
 
-def compare(ar, mdm, bd, judge, n, samples, temperature, roofline, repeat_penalty=1.0):
+def compare(ar, mdm, bd, judge, n, samples, temperature, roofline, repeat_penalty=1.0, threshold=None, gap=0):
     return [run_setting(label, model, generate, judge, samples, roofline)
-            for label, model, generate in settings(ar, mdm, bd, n, temperature, repeat_penalty)]
+            for label, model, generate in settings(ar, mdm, bd, n, temperature, repeat_penalty, threshold, gap)]
 
 
 def table(rows, roofline, n, samples, temperature, repeat_penalty=1.0):
