@@ -30,15 +30,15 @@ How many positions a step commits:
                        apart. The rule's picks are taken in its order (the most confident first)
                        and each is kept only if no position kept before it is within `gap`; a later
                        step takes the others if they still qualify. Neighbours depend on each other
-                       most ("the the", or two halves of different phrases), and drawing them in one
-                       step draws each from its marginal as if the other were unknown: DUS
+                       most, and drawing them in one step draws each from its marginal as if the
+                       other were unknown (each likely, the pair not): DUS
                        (Luxembourg, Permuter & Nachmani 2025, dilated unmasking) keeps the tokens of
                        one step apart for this reason; here it filters Fast-dLLM's picks.
 
 Which positions (remasking), scored from p = softmax(logits) at temperature 1 in float64, taken
-after guidance, after the banned tokens are removed and after the repetition penalty, before top-k/top-p (those only limit what
-can be drawn); each row's max, sum of e^(z - max) (and entropy sum) come from one C pass
-(kernels.softmax_stats, e^ within 2 ulp), p is never written out whole. This is LLaDA's choice
+after guidance, after the banned tokens are removed and after the repetition penalty, before
+top-k/top-p (those only limit what can be drawn); each row's max, sum of e^(z - max) (and entropy
+sum) come from one C pass (kernels.softmax_stats, e^ within 2 ulp), p is never written out whole. This is LLaDA's choice
 for low_confidence (Dream scores the tempered distribution):
   low_confidence  p[chosen token]     margin  top-1 minus top-2 probability
   entropy         -entropy(p): the least uncertain position first        random  uniform
