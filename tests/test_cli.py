@@ -6,6 +6,7 @@ import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tinydiff
@@ -217,6 +218,16 @@ def test_diffusion_generate_passes_the_repetition_penalty(llada_dir):
                          "--repeat-last-n", "8", "--no-display-prompt")
     assert status == 0 and out == penalised + "\n"
     assert run("generate", "-m", llada_dir, "-p", "Once", "-n", "4", "--repeat-last-n", "-1")[0] == 2
+
+
+def test_infill_takes_the_repetition_penalty(llada_dir):
+    model = tinydiff.load(llada_dir)
+    ids, first, last = model.holes("Once upon[MASK*6] there was")
+    want = model.tokenizer.text(model.denoise_result(ids, fixed=np.asarray(ids) != model.mask_id, eos="suppress",
+                                                     repeat_penalty=3.0, repeat_last_n=4).canvas[first:last].tolist())
+    status, out, _ = run("infill", "-m", llada_dir, "-p", "Once upon[MASK*6] there was", "--repeat-penalty", "3",
+                         "--repeat-last-n", "4")
+    assert status == 0 and out == want + "\n"
 
 
 def test_infill_keeps_the_given_text(llada_dir):

@@ -554,6 +554,7 @@ def no_mask_model():
     (dict(gen_length=4, temperature=-0.1), "temperature must be"),
     (dict(gen_length=4, top_p=0.0), "top_p must be"),
     (dict(gen_length=4, repeat_penalty=0.0), "repeat_penalty must be"),
+    (dict(gen_length=4, repeat_penalty=float("inf")), "repeat_penalty must be"),
     (dict(gen_length=4, threshold=0.5, gap=-1), "gap must be"),
     (dict(gen_length=4, gap=1), "gap spaces the picks"),
     (dict(gen_length=4, repeat_last_n=-1), "repeat_last_n must be"),

@@ -516,6 +516,9 @@ def test_bad_input_is_one_line_naming_what_is_wrong(tmp_path, data, mdm_dir, wid
         (UsageError, "--gap 2: give N >= 1 with --threshold", ["-m", mdm_dir, "--judge", AR, "--gap", "2"]),
         (UsageError, "--gap -1", ["-m", mdm_dir, "--judge", AR, "--threshold", "0.5", "--gap", "-1"]),
         (UsageError, "--repeat-penalty must be > 0", ["-m", mdm_dir, "--judge", AR, "--repeat-penalty", "0"]),
+        (UsageError, "--repeat-penalty must be > 0", ["-m", mdm_dir, "--judge", AR, "--repeat-penalty", "inf"]),
+        (UsageError, "--gap is a setting of the samples --judge", ["-m", mdm_dir, "--data", data, "--gap", "2"]),
+        (UsageError, "--repeat-penalty is a setting", ["-m", AR, "--data", data, "--repeat-penalty", "1.2"]),
         (ModelError, "neither causal nor with a mask token", ["-m", no_mask_dir, "--data", data]),
         (ModelError, "not a model folder", ["-m", tmp_path / "nowhere", "--data", data]),
     ]

@@ -98,7 +98,8 @@ def test_penalize_near_is_penalize_with_the_known_tokens_near_each_row(last_n):
 
 
 @pytest.mark.parametrize("kw", [dict(temperature=-0.1), dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.5),
-                                dict(min_p=-0.1), dict(repeat_penalty=0.0), dict(repeat_last_n=-1)])
+                                dict(min_p=-0.1), dict(repeat_penalty=0.0), dict(repeat_penalty=float("inf")),
+                                dict(repeat_last_n=-1)])
 def test_bad_sampling_parameters_are_usage_errors(kw):
     with pytest.raises(UsageError):
         SamplingParams(**kw)

@@ -133,6 +133,7 @@ def test_chat_completions_follow_the_template_and_stop_strings_cut(client):
     ("/v1/completions", b'{"prompt": "x", "model": "gpt-4"}', 404, "does not exist"),
     ("/v1/completions", b'{"prompt": "x", "max_tokens": 100000}', 400, "exceed the context"),
     ("/v1/completions", b'{"prompt": "x", "temperature": -1}', 400, "temperature must be >= 0"),
+    ("/v1/completions", b'{"prompt": "x", "repeat_last_n": -1}', 400, "repeat_last_n must be"),
     ("/v1/completions", b'{"prompt": "x", "stop": 3}', 400, "stop must be"),
     ("/v1/chat/completions", b'{"messages": [{"role": "robot", "content": "x"}]}', 400, "role 'robot'"),
     ("/v1/chat/completions", b'{"messages": []}', 400, "non-empty list"),
@@ -205,6 +206,9 @@ def test_a_diffusion_model_is_served_with_its_options(tmp_path):
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == want
     r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, "steps": 9})
     assert r.status_code == 400 and "steps=9 is more than" in r.json()["error"]["message"]
+    opts = dict(threshold=0.5, gap=2, repeat_penalty=3.0, repeat_last_n=8)        # the extra fields reach the run
+    r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, **opts})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == model.denoise("Once", 8, **opts)
     r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, "steps": 4, "stream": True})
     assert "".join(ch["choices"][0]["text"] for ch in events(r.text)) == model.denoise("Once", 8, steps=4)
     r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, "steps": 4, "stream": True,

@@ -121,6 +121,9 @@ def build_parser():
     f.add_argument("--stats", action="store_true", help="print forward passes and time per step to stderr")
     f.add_argument("--temp", type=float, default=None, help="temperature; 0 = greedy (default 0)")
     f.add_argument("-s", "--seed", type=int, default=None, help="random seed")
+    f.add_argument("--repeat-penalty", type=float, default=None, help="repetition penalty, 1 = off (default 1.0)")
+    f.add_argument("--repeat-last-n", type=int, default=None,
+                   help="the known tokens this near a hole are penalised, on either side (default 64)")
     _add_diffusion_args(f)
     f.set_defaults(run=cmd_infill)
 
@@ -593,8 +596,8 @@ def cmd_compare(args):
     from .training.compare import compare, table
     if args.n_predict < 1 or args.samples < 1:
         raise UsageError("compare: -n and --samples must be >= 1")
-    if not args.repeat_penalty > 0:
-        raise UsageError(f"compare: --repeat-penalty must be > 0, got {args.repeat_penalty:g}")
+    if not 0 < args.repeat_penalty < float("inf"):
+        raise UsageError(f"compare: --repeat-penalty must be > 0 and finite, got {args.repeat_penalty:g}")
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise UsageError(f"compare: --threshold must be in (0, 1], got {args.threshold:g}")
     if args.gap < 0 or args.gap and args.threshold is None:

@@ -8,11 +8,12 @@ Endpoints (OpenAI's shapes, https://platform.openai.com/docs/api-reference):
     POST /v1/completions         {"prompt": str or [ids], "max_tokens": 16, "stream": false, ...}
     POST /v1/chat/completions    {"messages": [...], rendered with the model's chat template}
 Fields read: max_tokens (completions: 16, as OpenAI; chat: up to the context, for a diffusion model
-128), temperature, top_p, and llama-server's top_k, min_p, repeat_penalty (default: the model's
-generation_config.json, else llama.cpp's), seed, stop (a string or a list), n (1 only), stream and
+128), temperature, top_p, and llama-server's top_k, min_p, repeat_penalty, repeat_last_n (default:
+the model's generation_config.json, else llama.cpp's; a diffusion model's: LLaDA's greedy, no
+penalty), seed, stop (a string or a list), n (1 only), stream and
 stream_options.include_usage. A message's content is a string or a list of {"type": "text"} parts.
 Streaming is server-sent events: `data: {chunk}` lines, then `data: [DONE]`. A diffusion model
-takes its denoising options as extra fields (steps, block_length, threshold, remasking, cache, ...),
+takes its denoising options as extra fields (steps, block_length, threshold, gap, remasking, cache, ...),
 runs one request at a time on a worker thread of its own, and streams its answer as one chunk when
 it is done; with "stream_steps": true, each denoising step comes first as a chunk with empty text
 and a "denoising" field, {"step": i, "text": the answer so far, masked positions as \u2591}.
@@ -50,7 +51,7 @@ DENOISING = {f.name for f in fields(Options)} - {"eos"}
 DIFFUSION_MAX_TOKENS = 128   # a diffusion answer's canvas when the request names none (LLaDA's default)
 # OpenAI's field -> SamplingParams' (llama-server's own names pass as they are)
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-            "repeat_penalty": "repeat_penalty", "seed": "seed"}
+            "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n", "seed": "seed"}
 
 
 class ApiError(Exception):

@@ -8,7 +8,8 @@ tokens after the same story openings (sample i continues OPENINGS[i % 8] with se
 temperature, top-k/top-p off, one repetition penalty (1: off; the tokens within 64 positions).
 Settings: AR decoding; the masked-diffusion model at 1 and 2 tokens a step; the block model at 1,
 2 and 4 tokens a step (its config's blocks); with --threshold, each diffusion model also by that
-rule (at most one pass a token; --gap spaces a step's commits, diffusion.py says how). For each, per generated
+rule (the masked-diffusion model at most one pass a token, the block model one more for its prompt
+and for each finished block; --gap spaces a step's commits, diffusion.py says how). For each, per generated
 token: forward passes, weight bytes and FLOPs (the run's own Ledger), the roofline's predicted time
 (each pass at max(FLOPs / peak, bytes / bandwidth)) and the measured time; and the quality: the AR
 model's perplexity on the samples (judged perplexity, as `tinydiff eval --judge`), their unigram
@@ -48,7 +49,7 @@ HEADER = (f"{'setting':34s} {'pass/t':>6s} {'t/pass':>6s} {'MB/tok':>8s} {'MFLOP
 
 def settings(ar, mdm, bd, n, temperature, repeat_penalty=1.0, threshold=None, gap=0):
     """[(label, model, generate(prompt_ids, seed) -> new ids)] for the models given (None: left out);
-    with a threshold, each diffusion model also decodes by it (and gap), at most one pass a token."""
+    with a threshold, each diffusion model also decodes by it (and gap), one step a token at most."""
     out, pen = [], dict(repeat_penalty=repeat_penalty, repeat_last_n=64)
     if ar is not None:
         out.append(("autoregressive", ar, lambda p, s: ar.generate_ids(

@@ -660,8 +660,10 @@ def _check_args(args):
         raise UsageError("give one of --judge, --against, --bigram and --infill")
     if args.threshold != [None] and args.entropy_bound != [None]:
         raise UsageError("give --threshold or --entropy-bound, not both (a step commits by one rule)")
-    if not args.repeat_penalty > 0:
-        raise UsageError(f"--repeat-penalty must be > 0, got {args.repeat_penalty:g}")
+    if not 0 < args.repeat_penalty < float("inf"):
+        raise UsageError(f"--repeat-penalty must be > 0 and finite, got {args.repeat_penalty:g}")
+    if args.judge is None and (args.gap or args.repeat_penalty != 1):
+        raise UsageError(f"{'--gap' if args.gap else '--repeat-penalty'} is a setting of the samples --judge scores")
     if args.gap < 0 or args.gap and args.threshold == [None] and args.entropy_bound == [None]:
         raise UsageError(f"--gap {args.gap}: give N >= 1 with --threshold or --entropy-bound (it spaces their picks)")
     for rate in args.infill or ():
@@ -765,7 +767,7 @@ def _run_judge(args):
     if args.data:
         rows.append(reference_row(model, judge, _read_stories(args)[:args.samples], args.gen_length))
     _print(args, {"model": model.path, "judge": judge.path, "gen_length": args.gen_length,
-                  "rows": [r.as_dict() for r in rows]}, lambda: judge_report(model, judge, args, rows))
+                  "repeat_penalty": args.repeat_penalty, "gap": args.gap, "rows": [r.as_dict() for r in rows]}, lambda: judge_report(model, judge, args, rows))
 
 
 def _print(args, data, report):
