@@ -164,10 +164,16 @@ TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *w
                                      int64_t ldy, int add, int64_t rows, int64_t cols, struct ahead *next)
 {
     int64_t i = 0;
-    const int64_t slice = ahead_slice(next, rows / MR); /* all at once if there is no MR tile */
-    if (rows < MR)
+    /* the MR tiles stop one early where they would leave 1 or 2 rows that MR more can cut into
+       MR_REST-row tiles and a 3-row one: a 1- or 2-row tile keeps too few sums in flight to
+       hide the FMA's latency (2 or 4 of the 8 needed) */
+    const int64_t left = rows % MR, cut = (MR + left) % MR_REST; /* what MR_REST tiles would leave */
+    const int early = left && left < 3 && rows > MR && (cut == 0 || cut > 2);
+    const int64_t mr_rows = rows - (early ? MR + left : left);         /* rows the MR tiles take */
+    const int64_t slice = ahead_slice(next, mr_rows / MR); /* all at once if there is no MR tile */
+    if (mr_rows < MR)
         prefetch_next(next, slice);
-    for (; i + MR <= rows && cols == NR; i += MR) {
+    for (; i < mr_rows && cols == NR; i += MR) {
         prefetch_next(next, slice); /* a slice of the next panel's lines per tile */
         ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, MR);
     }

@@ -81,6 +81,17 @@ def test_matmul_few_rows_do_not_depend_on_their_company(level, k, m, seed):
         np.testing.assert_array_equal(K.matmul(x[:n], w), alone[:n])
 
 
+@given(k=st.one_of(ODD, st.integers(250, 600)), m=st.integers(1, 40), seed=st.integers(0, 99))
+def test_gemm_rows_do_not_depend_on_their_tile(level, k, m, seed):
+    """From 16 rows the GEMM cuts x into tiles of 6 (12 with AVX-512), 4 and 1-3 rows, and where
+    a cut would leave 1 or 2 rows it takes 4 + 3 or 4 + 4 instead; every tile sums a row as the
+    others do, so each row is the same to the bit whichever n it came in."""
+    x, w = data(seed, 40, k), data(seed + 1, m, k)
+    whole = K.matmul(x, w)
+    for n in range(16, 40):
+        np.testing.assert_array_equal(K.matmul(x[:n], w), whole[:n])
+
+
 def test_matmul_large(level):
     """Several k panels, x row chunks and tile edges at once (n, k, m not multiples of any tile)."""
     check_matmul(data(0, 301, 777), data(1, 259, 777))
