@@ -38,12 +38,12 @@ class Row:
 
     def line(self):
         t = self.tokens
-        return (f"{self.label:34s} {self.passes / t:6.2f} {t / self.passes:6.2f} {self.bytes / t / 1e6:8.2f} "
+        return (f"{self.label:40s} {self.passes / t:6.2f} {t / self.passes:6.2f} {self.bytes / t / 1e6:8.2f} "
                 f"{self.flops / t / 1e6:8.2f} {self.predicted / t * 1e3:8.3f} {self.seconds / t * 1e3:8.3f} "
                 f"{self.judged.perplexity:9.2f} {self.judged.entropy:7.3f} {self.judged.repeats:5.3f}")
 
 
-HEADER = (f"{'setting':34s} {'pass/t':>6s} {'t/pass':>6s} {'MB/tok':>8s} {'MFLOP/t':>8s} {'pred ms':>8s} "
+HEADER = (f"{'setting':40s} {'pass/t':>6s} {'t/pass':>6s} {'MB/tok':>8s} {'MFLOP/t':>8s} {'pred ms':>8s} "
           f"{'ms/tok':>8s} {'judge ppl':>9s} {'entropy':>7s} {'rep4':>5s}")
 
 
