@@ -519,6 +519,10 @@ def test_bad_input_is_one_line_naming_what_is_wrong(tmp_path, data, mdm_dir, wid
         (UsageError, "--repeat-penalty must be > 0", ["-m", mdm_dir, "--judge", AR, "--repeat-penalty", "inf"]),
         (UsageError, "--gap is a setting of the samples --judge", ["-m", mdm_dir, "--data", data, "--gap", "2"]),
         (UsageError, "--repeat-penalty is a setting", ["-m", AR, "--data", data, "--repeat-penalty", "1.2"]),
+        (UsageError, "--temp is a setting of the samples --judge scores; without --judge it would be ignored",
+         ["-m", mdm_dir, "--data", data, "--temp", "0"]),
+        (UsageError, "--from-nothing is a setting", ["-m", mdm_dir, "--infill", "0.15", "--data", data,
+                                                     "--from-nothing"]),
         (ModelError, "neither causal nor with a mask token", ["-m", no_mask_dir, "--data", data]),
         (ModelError, "not a model folder", ["-m", tmp_path / "nowhere", "--data", data]),
     ]

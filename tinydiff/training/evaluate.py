@@ -140,27 +140,35 @@ def add_eval_arguments(p):
                         "(the model gives only its tokenizer): the baseline")
     g = p.add_argument_group("generative perplexity (--judge)")
     g.add_argument("--judge", default=None, metavar="AR_DIR", help="autoregressive model that scores the samples")
-    g.add_argument("--samples", type=int, default=16, help="samples per setting (default 16)")
-    g.add_argument("--gen-length", type=int, default=128, help="tokens per sample (default 128)")
-    g.add_argument("--steps", type=_list_of(int), default=[None],
-                   help="denoising steps, comma list (default: one per token)")
-    g.add_argument("--threshold", type=_list_of(float, allow_none=True), default=[None],
-                   help="Fast-dLLM threshold, comma list, 'none' = off (default none)")
-    g.add_argument("--entropy-bound", type=_list_of(float, allow_none=True), default=[None],
-                   help="EB-sampler's entropy bound, comma list, 'none' = off (default none; not with --threshold)")
-    g.add_argument("--temp", type=_list_of(float), default=[1.0],
-                   help="sampling temperature, comma list (default 1: the model's own distribution)")
-    g.add_argument("--block", type=int, default=None, help="block length (default: one block)")
-    g.add_argument("--remask", default="low_confidence", choices=diffusion.REMASKING,
-                   help="which positions a step commits first (default low_confidence)")
-    g.add_argument("--gap", type=int, default=0,
-                   help="positions one step commits are more than N apart (with --threshold or --entropy-bound; "
-                        "default 0)")
-    g.add_argument("--repeat-penalty", type=float, default=1.0,
-                   help="repetition penalty of every row, 1 = off (default 1; the tokens within 64 positions)")
-    g.add_argument("--from-nothing", action="store_true",
-                   help="write each sample from nothing instead of a story opening: a bidirectional model "
-                        "fills an all-mask canvas, an autoregressive one continues <|endoftext|>")
+
+    def setting(flag, **kw):                                        # one of the settings of the samples it scores
+        action = g.add_argument(flag, **kw)
+        JUDGE_SETTINGS[action.dest] = (flag, action.default)
+
+    setting("--samples", type=int, default=16, help="samples per setting (default 16)")
+    setting("--gen-length", type=int, default=128, help="tokens per sample (default 128)")
+    setting("--steps", type=_list_of(int), default=[None],
+            help="denoising steps, comma list (default: one per token)")
+    setting("--threshold", type=_list_of(float, allow_none=True), default=[None],
+            help="Fast-dLLM threshold, comma list, 'none' = off (default none)")
+    setting("--entropy-bound", type=_list_of(float, allow_none=True), default=[None],
+            help="EB-sampler's entropy bound, comma list, 'none' = off (default none; not with --threshold)")
+    setting("--temp", type=_list_of(float), default=[1.0],
+            help="sampling temperature, comma list (default 1: the model's own distribution)")
+    setting("--block", type=int, default=None, help="block length (default: one block)")
+    setting("--remask", default="low_confidence", choices=diffusion.REMASKING,
+            help="which positions a step commits first (default low_confidence)")
+    setting("--gap", type=int, default=0,
+            help="positions one step commits are more than N apart (with --threshold or --entropy-bound; "
+                 "default 0)")
+    setting("--repeat-penalty", type=float, default=1.0,
+            help="repetition penalty of every row, 1 = off (default 1; the tokens within 64 positions)")
+    setting("--from-nothing", action="store_true",
+            help="write each sample from nothing instead of a story opening: a bidirectional model "
+                 "fills an all-mask canvas, an autoregressive one continues <|endoftext|>")
+
+
+JUDGE_SETTINGS = {}     # dest -> (flag, default): refused without --judge, which alone reads them
 
 
 # ---------------------------------------------------------------------------------------------
@@ -662,8 +670,9 @@ def _check_args(args):
         raise UsageError("give --threshold or --entropy-bound, not both (a step commits by one rule)")
     if not 0 < args.repeat_penalty < float("inf"):
         raise UsageError(f"--repeat-penalty must be > 0 and finite, got {args.repeat_penalty:g}")
-    if args.judge is None and (args.gap or args.repeat_penalty != 1):
-        raise UsageError(f"{'--gap' if args.gap else '--repeat-penalty'} is a setting of the samples --judge scores")
+    given = [flag for dest, (flag, default) in JUDGE_SETTINGS.items() if getattr(args, dest, default) != default]
+    if args.judge is None and given:
+        raise UsageError(f"{given[0]} is a setting of the samples --judge scores; without --judge it would be ignored")
     if args.gap < 0 or args.gap and args.threshold == [None] and args.entropy_bound == [None]:
         raise UsageError(f"--gap {args.gap}: give N >= 1 with --threshold or --entropy-bound (it spaces their picks)")
     for rate in args.infill or ():
