@@ -1,6 +1,8 @@
 /* int8_pipes.c: how many of the AVX2 instructions an exact int8 dot product needs (sign, maddubs,
    madd) this core issues a cycle, alone and mixed, and its clock: the ceiling of the Q8_0X8
-   kernel without VNNI (README, "What batching buys").
+   kernel without VNNI (README, "What batching buys"). And the other exact way, int16: weights
+   widened (vpmovsxbw) and multiplied by madd alone (16 products an instruction, against 32 for
+   sign + maddubs + madd), its sums added by vpaddd: madd_add and pmovsx say what that would reach.
 
        cc -O2 -mavx2 -o /tmp/int8_pipes bench/int8_pipes.c && /tmp/int8_pipes
 
@@ -37,11 +39,25 @@ static double ghz(void)
 #define MADDUBS_MADD(a, j) if (j & 1) { MADDUBS(a, j) } else { MADD(a, j) }
 #define MADDUBS_SIGN(a, j) if (j & 1) { MADDUBS(a, j) } else { SIGN(a, j) }
 #define MADD_SIGN(a, j) if (j & 1) { MADD(a, j) } else { SIGN(a, j) }
+#define PMOVSX(a, j) a = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(a));
+/* the int16 kernel's step for one x row: products of fixed inputs (volatile: made every time, as
+   the kernel's from fresh loads, so never on a chain), added into the row's sums; chain 7 also
+   widens the next weights (one vpmovsxbw serves the 8 x rows) */
+#define MADD_ADD(a, j)                                                                             \
+    {                                                                                              \
+        __m256i t;                                                                                 \
+        __asm__ volatile("vpmaddwd %2, %1, %0" : "=x"(t) : "x"(b), "x"(one));                      \
+        a = _mm256_add_epi32(a, t);                                                                \
+    }
+#define INT16_STEP(a, j) MADD_ADD(a, j) if (j == 7) { __asm__ volatile("vpmovsxbw %1, %0" : "=x"(w) : "x"(_mm256_castsi256_si128(b))); }
 
-/* instructions a cycle of OP on eight chains, at `clock` GHz */
-#define PROBE(name, OP)                                                                                       \
+/* instructions a cycle of OP on eight chains (`per` instructions each), at `clock` GHz */
+#define PROBE(name, OP) PROBE_N(name, OP, 1)
+#define PROBE_N(name, OP, per)                                                                                \
     static void name(double clock)                                                                            \
     {                                                                                                         \
+        __m256i w;                                                                                            \
+        (void)w;                                                                                              \
         __m256i a0 = _mm256_set1_epi8(1), a1 = _mm256_set1_epi8(2), a2 = _mm256_set1_epi8(3),                 \
                 a3 = _mm256_set1_epi8(4), a4 = _mm256_set1_epi8(5), a5 = _mm256_set1_epi8(6),                 \
                 a6 = _mm256_set1_epi8(7), a7 = _mm256_set1_epi8(8);                                           \
@@ -54,7 +70,7 @@ static double ghz(void)
                              "+x"(a7));                                                                       \
         }                                                                                                     \
         t = now() - t;                                                                                        \
-        printf("%-13s %.2f a cycle\n", #name, 8.0 * N / (t * clock * 1e9));                                   \
+        printf("%-13s %.2f a cycle\n", #name, (per) * 8.0 * N / (t * clock * 1e9));                           \
     }
 PROBE(maddubs, MADDUBS)
 PROBE(madd, MADD)
@@ -63,6 +79,9 @@ PROBE(maddubs_madd, MADDUBS_MADD)
 PROBE(maddubs_sign, MADDUBS_SIGN)
 PROBE(madd_sign, MADD_SIGN)
 PROBE(add, ADD)
+PROBE_N(madd_add, MADD_ADD, 2)
+PROBE(pmovsx, PMOVSX)
+PROBE_N(int16_step, INT16_STEP, 2.125)
 
 int main(void)
 {
@@ -71,5 +90,6 @@ int main(void)
     maddubs(clock), madd(clock), sign(clock);
     maddubs_madd(clock), maddubs_sign(clock), madd_sign(clock);
     add(clock);
+    madd_add(clock), pmovsx(clock), int16_step(clock);
     return 0;
 }
