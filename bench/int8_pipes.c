@@ -49,7 +49,10 @@ static double ghz(void)
         __asm__ volatile("vpmaddwd %2, %1, %0" : "=x"(t) : "x"(b), "x"(one));                      \
         a = _mm256_add_epi32(a, t);                                                                \
     }
-#define INT16_STEP(a, j) MADD_ADD(a, j) if (j == 7) { __asm__ volatile("vpmovsxbw %1, %0" : "=x"(w) : "x"(_mm256_castsi256_si128(b))); }
+#define INT16_STEP(a, j)                                                                           \
+    MADD_ADD(a, j)                                                                                 \
+    if (j == 7)                                                                                    \
+        __asm__ volatile("vpmovsxbw %1, %0" : "=x"(w) : "x"(_mm256_castsi256_si128(b)));
 
 /* instructions a cycle of OP on eight chains (`per` instructions each), at `clock` GHz */
 #define PROBE(name, OP) PROBE_N(name, OP, 1)

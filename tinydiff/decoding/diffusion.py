@@ -38,8 +38,8 @@ How many positions a step commits:
 Which positions (remasking), scored from p = softmax(logits) at temperature 1 in float64, taken
 after guidance, after the banned tokens are removed and after the repetition penalty, before
 top-k/top-p (those only limit what can be drawn); each row's max, sum of e^(z - max) (and entropy
-sum) come from one C pass (kernels.softmax_stats, e^ within 2 ulp), p is never written out whole. This is LLaDA's choice
-for low_confidence (Dream scores the tempered distribution):
+sum) come from one C pass (kernels.softmax_stats, e^ within 2 ulp), p is never written out whole.
+This is LLaDA's choice for low_confidence (Dream scores the tempered distribution):
   low_confidence  p[chosen token]     margin  top-1 minus top-2 probability
   entropy         -entropy(p): the least uncertain position first        random  uniform
 alg_temp > 0 (Dream) draws the positions from softmax(confidence / alg_temp) without replacement

@@ -9,8 +9,8 @@ temperature, top-k/top-p off, one repetition penalty (1: off; the tokens within 
 Settings: AR decoding; the masked-diffusion model at 1 and 2 tokens a step; the block model at 1,
 2 and 4 tokens a step (its config's blocks); with --threshold, each diffusion model also by that
 rule (the masked-diffusion model at most one pass a token, the block model one more for its prompt
-and for each finished block; --gap spaces a step's commits, diffusion.py says how). For each, per generated
-token: forward passes, weight bytes and FLOPs (the run's own Ledger), the roofline's predicted time
+and for each finished block; --gap spaces a step's commits, diffusion.py says how). For each, per
+generated token: forward passes, weight bytes and FLOPs (the run's own Ledger), the roofline's predicted time
 (each pass at max(FLOPs / peak, bytes / bandwidth)) and the measured time; and the quality: the AR
 model's perplexity on the samples (judged perplexity, as `tinydiff eval --judge`), their unigram
 entropy and rep4, the share of their 4-grams already written (loops). --plot draws measured ms

@@ -776,7 +776,8 @@ def _run_judge(args):
     if args.data:
         rows.append(reference_row(model, judge, _read_stories(args)[:args.samples], args.gen_length))
     _print(args, {"model": model.path, "judge": judge.path, "gen_length": args.gen_length,
-                  "repeat_penalty": args.repeat_penalty, "gap": args.gap, "rows": [r.as_dict() for r in rows]}, lambda: judge_report(model, judge, args, rows))
+                  "repeat_penalty": args.repeat_penalty, "gap": args.gap, "rows": [r.as_dict() for r in rows]},
+           lambda: judge_report(model, judge, args, rows))
 
 
 def _print(args, data, report):
