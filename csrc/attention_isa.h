@@ -168,7 +168,10 @@ TARGET TD_INLINE void ISA(tile_nr)(float *c, const float *x, int64_t xa, int64_t
         ISA(tile)(c, x, xa, xl, y, rp, len, accumulate, na, 1);
 }
 
-/* c[na][rp] (+)= x y as in ISA(tile), for all na rows of c and all rp / VL row vectors */
+/* c[na][rp] (+)= x y as in ISA(tile), for all na rows of c and all rp / VL row vectors. The rows
+   past the last full AT go as one tile of that many (1..AT-1, each unrolled as its own): a row at
+   a time would leave only nr sums in flight, too few for the FMA latency (the 4 keys past 60 of a
+   64-key block cost half as much again as the 60 before them). */
 TARGET static void ISA(gemm_rows)(float *c, const float *x, int64_t xa, int64_t xl, const float *y, int64_t rp,
                                   int64_t len, int accumulate, int64_t na)
 {
@@ -176,8 +179,19 @@ TARGET static void ISA(gemm_rows)(float *c, const float *x, int64_t xa, int64_t 
         int64_t nr = (rp - r) / VL < RT ? (rp - r) / VL : RT, i = 0;
         for (; i + AT <= na; i += AT)
             ISA(tile_nr)(c + i * rp + r, x + i * xa, xa, xl, y + r, rp, len, accumulate, AT, nr);
-        for (; i < na; i++)
-            ISA(tile_nr)(c + i * rp + r, x + i * xa, xa, xl, y + r, rp, len, accumulate, 1, nr);
+        float *ci = c + i * rp + r;
+        const float *xi = x + i * xa;
+        switch (na - i) {
+#if AT == 8
+        case 7: ISA(tile_nr)(ci, xi, xa, xl, y + r, rp, len, accumulate, 7, nr); break;
+        case 6: ISA(tile_nr)(ci, xi, xa, xl, y + r, rp, len, accumulate, 6, nr); break;
+#endif
+        case 5: ISA(tile_nr)(ci, xi, xa, xl, y + r, rp, len, accumulate, 5, nr); break;
+        case 4: ISA(tile_nr)(ci, xi, xa, xl, y + r, rp, len, accumulate, 4, nr); break;
+        case 3: ISA(tile_nr)(ci, xi, xa, xl, y + r, rp, len, accumulate, 3, nr); break;
+        case 2: ISA(tile_nr)(ci, xi, xa, xl, y + r, rp, len, accumulate, 2, nr); break;
+        case 1: ISA(tile_nr)(ci, xi, xa, xl, y + r, rp, len, accumulate, 1, nr); break;
+        }
     }
 }
 

@@ -288,8 +288,9 @@ def test_attention(level, n, extra, kvh, group, hd, mask, seed):
        group=st.sampled_from([1, 2, 3, 4, 9, 50]), hd=st.sampled_from([1, 3, 17, 64]),
        mask=MASKS, seed=st.integers(0, 99), behind=st.integers(0, 20))
 def test_attention_tiles(level, n, extra, kvh, group, hd, mask, seed, behind):
-    """The many-query path: query blocks of 48 rows (16 queries of 3 heads, 48 of 1, 5 of 9, heads
-    past 48 in several tasks), key blocks of 64 and their ends, rows whose keys end inside a block."""
+    """The many-query path: query blocks of up to 48 rows (16 queries of 3 heads, 48 of 1, 5 of 9,
+    heads past 48 in several tasks; the queries shared out in blocks of about one size), key blocks
+    of 64 and their ends, rows whose keys end inside a block, the keys past a block's last full tile."""
     t = n + extra
     q, k, v = data(seed, n, kvh * group, hd), data(seed + 1, t, kvh, hd), data(seed + 2, t, kvh, hd)
     check_attention(q, k, v, mask=mask, q_pos0=max(extra - behind, 0))
