@@ -9,9 +9,9 @@
    a block of queries times the heads sharing one kv head. Vectors run over the rows, so the scores
    S^T[KB][rows] = K Q^T and the output O^T[hd][rows] += V^T P^T are small GEMMs in registers (each
    key and value row is read once per task, straight from the cache, with no transpose) and the
-   softmax needs no horizontal sums. Threads split the tasks; a query sees more keys the later it
-   sits (causal and block-causal masks), so the query blocks are ordered first, last, second, second
-   last... and any contiguous range of tasks costs about the same.
+   softmax needs no horizontal sums. Threads split the tasks, each head's query blocks one after
+   another; a query sees more keys the later it sits (causal and block-causal masks), so they go
+   first, last, second, second last... and any contiguous range of tasks costs about the same.
    One query (decoding): a head per task, dot products straight from k; the tiled path would leave
    most lanes empty. The one-query sequences of a batched decode step are one job for them all
    (td_attention_rows): a wait per layer instead of one per sequence, and the heads of all of them
