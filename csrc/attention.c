@@ -9,9 +9,10 @@
    a block of queries times the heads sharing one kv head. Vectors run over the rows, so the scores
    S^T[KB][rows] = K Q^T and the output O^T[hd][rows] += V^T P^T are small GEMMs in registers (each
    key and value row is read once per task, straight from the cache, with no transpose) and the
-   softmax needs no horizontal sums. Threads split the tasks, each head's query blocks one after
-   another; a query sees more keys the later it sits (causal and block-causal masks), so they go
-   first, last, second, second last... and any contiguous range of tasks costs about the same.
+   softmax needs no horizontal sums. Threads split the tasks, each kv head's query blocks one
+   after another (the head chunks of a block side by side); a query sees more keys the later it
+   sits (causal and block-causal masks), so they go first, last, second, second last... and any
+   contiguous range of tasks costs about the same.
    One query (decoding): a head per task, dot products straight from k; the tiled path would leave
    most lanes empty. The one-query sequences of a batched decode step are one job for them all
    (td_attention_rows): a wait per layer instead of one per sequence, and the heads of all of them
@@ -78,11 +79,11 @@ static int64_t plan(struct attn *a)
     a->nh = a->group < RMAX ? a->group : RMAX;
     a->hchunks = (a->group + a->nh - 1) / a->nh;
     a->qblocks = (a->n + RMAX / a->nh - 1) / (RMAX / a->nh);
-    /* blocks of about one size, in whole vectors of 8 rows where they fit: 68 queries of a head go
-       as 40 + 28, not 48 + 20 (the threads take the blocks in turn: the largest sets the time) */
-    a->qb = (a->n + a->qblocks - 1) / a->qblocks;
-    while (a->qb * a->nh % 8 && (a->qb + 1) * a->nh <= RMAX)
-        a->qb++;
+    /* blocks of about one size, each as many queries as fill the vectors of 8 rows it needs: 68
+       queries of a head go as 40 + 28, not 48 + 20 (the threads take the blocks in turn: the
+       largest sets the time) */
+    const int64_t even = (a->n + a->qblocks - 1) / a->qblocks, fill = (even * a->nh + 7) / 8 * 8 / a->nh;
+    a->qb = fill < RMAX / a->nh ? fill : RMAX / a->nh; /* (>= even: qblocks has even <= RMAX / nh) */
     return a->qblocks * a->kv_heads * a->hchunks;
 }
 

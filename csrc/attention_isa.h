@@ -294,8 +294,8 @@ TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t
     }
 }
 
-/* tasks [b, e): task = (kv head * hchunks + head chunk) * qblocks + query block order, the query
-   blocks of each head chunk in the order first, last, second, second last... */
+/* tasks [b, e): task = (kv head * qblocks + query block order) * hchunks + head chunk, the query
+   blocks of each kv head in the order first, last, second, second last... */
 TARGET static void ISA(attend_tiles)(void *ctx, int64_t b, int64_t e)
 {
     struct attn *a = ctx;
@@ -305,9 +305,10 @@ TARGET static void ISA(attend_tiles)(void *ctx, int64_t b, int64_t e)
         return;
     }
     for (int64_t task = b; task < e; task++) {
-        int64_t o = task % a->qblocks, chunk = task / a->qblocks, kvh = chunk / a->hchunks;
+        int64_t chunk = task % a->hchunks, o = task / a->hchunks % a->qblocks;
+        int64_t kvh = task / a->hchunks / a->qblocks;
         int64_t qblock = o % 2 ? a->qblocks - 1 - o / 2 : o / 2, i0 = qblock * a->qb;
-        int64_t h0 = kvh * a->group + chunk % a->hchunks * a->nh, nh = kvh * a->group + a->group - h0;
+        int64_t h0 = kvh * a->group + chunk * a->nh, nh = kvh * a->group + a->group - h0;
         ISA(attend_tile)(a, i0, a->n - i0 < a->qb ? a->n - i0 : a->qb, h0, nh < a->nh ? nh : a->nh, scratch);
     }
     free(scratch);

@@ -5,7 +5,8 @@
    same order with the same arguments, so its result is bit for bit the same: the matmuls take
    every sequence's rows at once (the weights read once for all), then each sequence's K and V go
    into its cache (rows of its own, or pages of a shared pool) and its attention reads them (the
-   one-query sequences' attention as one job). What
+   one-query sequences' attention as one job). One difference of place, not of value: a lone
+   sequence in rows of its own gets its K and V made in its cache rows, not copied there. What
    it saves is Python: a decode step calls ~11 kernels per layer, and each call through the Python
    wrappers costs 2-7 us of argument checks and pointer making, which on a small model is a third
    of the token's time (bench/bench_python_share.py). Here the calls cost nothing extra. */
