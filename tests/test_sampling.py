@@ -74,6 +74,22 @@ def test_repeat_penalty_divides_positive_and_multiplies_negative_logits():
     assert logits[0] == 2.0                     # the caller's row is not modified
 
 
+@pytest.mark.parametrize("penalty", [1e-320, 1e-40, 1e30, 1e300])
+def test_a_penalty_past_floats_range_keeps_the_logits_finite(penalty):
+    """HF's rule on float32 logits overflows (5 / 1e-40 = inf, and 0 x float32(1e300) = 0 x inf =
+    NaN), which left nothing to sample from: the results stop at the type's largest number, zeros
+    stay zero, and every temperature still draws."""
+    logits = np.array([5.0, -3.0, 0.0, 1.0], np.float32)
+    out = penalize(logits, [0, 1, 2], penalty, 64)
+    assert out.dtype == np.float32 and np.isfinite(out).all() and out[2] == 0 and out[3] == 1
+    assert (out[0] > 1) == (penalty < 1) and (out[1] < -3) == (penalty > 1)
+    for temperature in (0, 0.7):
+        assert 0 <= sampler(temperature=temperature, repeat_penalty=penalty, seed=1)(logits, [0, 1, 2]) < 4
+    z = logits[None].astype(np.float64)
+    near = S.penalize_near(z.copy(), np.array([3]), np.array([0, 1, 2, 3]), np.array([1, 1, 1, 0], bool), penalty, 4)
+    assert np.isfinite(near).all() and near[0, 2] == 0 and near[0, 3] == 1
+
+
 def test_repeat_last_n_limits_the_look_back():
     logits = np.array([2.0, 1.9], np.float32)
     s = sampler(temperature=0, repeat_penalty=2.0, repeat_last_n=1)

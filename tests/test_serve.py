@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -65,6 +66,26 @@ def test_a_full_queue_is_busy():
     with pytest.raises(Busy):
         scheduler.submit([8], 3, greedy())
     first.cancel()
+
+
+def test_one_requests_failing_sampler_ends_it_alone(monkeypatch):
+    """A request whose own sampling fails (here a sampler that breaks at its third token) ends with
+    "error"; the requests sharing its decode passes go on to what they get alone."""
+    from tinydiff.serve import scheduler as scheduling
+
+    class Breaks(scheduling.Sampler):
+        def __call__(self, logits, history):
+            if self.p.seed == 666 and len(history) >= 4:
+                raise ValueError("a broken sampler")
+            return super().__call__(logits, history)
+    monkeypatch.setattr(scheduling, "Sampler", Breaks)
+    model = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    scheduler = Scheduler(model, slots=2, n_ctx=256)
+    fine = scheduler.submit([5, 6], 40, greedy())
+    broken = scheduler.submit([7, 8], 40, SamplingParams(temperature=0, seed=666))
+    assert list(fine) == model.generate_ids([5, 6], 40, temperature=0) and fine.finish_reason != "error"
+    list(broken)
+    assert broken.finish_reason == "error" and "a broken sampler" in broken.error and len(broken.new) == 2
 
 
 # -- the HTTP server, in process --------------------------------------------------------------------
@@ -143,6 +164,22 @@ def test_chat_completions_follow_the_template_and_stop_strings_cut(client):
     ("/v1/completions", b'{"prompt": [1, 100000]}', 400, "outside the vocabulary"),
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400,
      "text only"),
+    ("/v1/completions", b'{"prompt": "x", "temperature": NaN}', 400, "NaN is not a JSON number"),
+    ("/v1/completions", b'{"prompt": "x", "max_tokens": Infinity}', 400, "Infinity is not a JSON number"),
+    ("/v1/completions", b'{"prompt": "x", "n": true}', 400, "n must be 1"),
+    ("/v1/completions", b'{"prompt": ["x", "y"]}', 400, "one prompt a request"),
+    ("/v1/completions", b'{"prompt": "x", "stop": ""}', 400, "each of 1 to 512 characters"),
+    ("/v1/completions", b'{"prompt": "x", "stop": "' + b"s" * 513 + b'"}', 400, "each of 1 to 512 characters"),
+    ("/v1/completions", b'{"prompt": "x", "stop": ' + json.dumps(["a"] * 17).encode() + b"}", 400,
+     "at most 16 strings"),
+    ("/v1/completions", b'{"prompt": "x", "logprobs": 5}', 400, "logprobs is not supported"),
+    ("/v1/completions", b'{"prompt": "x", "echo": true}', 400, "echo is not supported"),
+    ("/v1/completions", b'{"prompt": "x", "best_of": 2}', 400, "best_of is not supported"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}', 400,
+     "top_logprobs is not supported"),
+    ("/v1/completions", b'{"prompt": "x", "steps": 4}', 400, "steps is not an option of an autoregressive model"),
+    ("/v1/completions", b'{"prompt": "x", "stream": true, "stream_options": {"include_usage": "yes"}}', 400,
+     "include_usage must be true or false"),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_goes_on(client, path, body, status, words):
     c, _ = client
@@ -150,6 +187,44 @@ def test_bad_requests_get_openai_errors_and_the_server_goes_on(client, path, bod
     assert r.status_code == status and words in r.json()["error"]["message"]
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert c.post("/v1/completions", **auth(prompt="Hi", max_tokens=2)).status_code == 200
+
+
+def test_openai_fields_kept_at_their_defaults_a_prompt_list_of_one_and_the_developer_role(client):
+    c, model = client
+    want = model.generate("Once upon", 6, temperature=0)
+    r = c.post("/v1/completions", **auth(prompt=["Once upon"], max_tokens=6, temperature=0, logprobs=None,
+                                         echo=False, best_of=1, suffix=None))
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == want
+    system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    developer = [{**system[0], "role": "developer"}, system[1]]
+    answers = [c.post("/v1/chat/completions", **auth(messages=m, max_tokens=6, temperature=0)).json()
+               for m in (system, developer)]
+    assert answers[0]["choices"] == answers[1]["choices"]
+
+
+def test_paths_methods_and_sizes_are_openai_errors_too(client):
+    c, _ = client
+    key = {"Authorization": "Bearer k"}
+    for method, path, status in [("GET", "/v1/completions", 405), ("PUT", "/v1/chat/completions", 405),
+                                 ("POST", "/health", 405), ("GET", "/v1/embeddings", 404),
+                                 ("GET", "/v1/models/gpt-4", 404)]:
+        r = c.request(method, path, headers=key)
+        assert r.status_code == status and set(r.json()["error"]) == {"message", "type", "param", "code"}
+    assert c.get("/v1/models/chat", headers=key).json()["id"] == "chat"
+    r = c.post("/v1/completions", content=b'{"prompt": "' + b"x" * (2 << 20) + b'"}', headers=key)
+    assert r.status_code == 413 and "over" in r.json()["error"]["message"]
+    assert c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
+                  headers={"Authorization": "bearer k"}).status_code == 200     # the scheme in any case
+
+
+def test_a_penalty_past_floats_range_still_samples(client):
+    """repeat_penalty 1e-320 made the penalized logits inf and the sampler fail (a 500, and the end
+    of every request in the same decode pass): they stop at float32's largest number instead."""
+    c, _ = client
+    for penalty in (1e-320, 1e-40, 1e300):
+        r = c.post("/v1/completions", **auth(prompt="Once upon a time", max_tokens=8, temperature=0.7, seed=3,
+                                             repeat_penalty=penalty, repeat_last_n=4))
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
 
 
 def test_content_parts_stop_strings_and_usage(client):
@@ -217,6 +292,36 @@ def test_a_diffusion_model_is_served_with_its_options(tmp_path):
     assert [s["step"] for s in steps] == [0, 1, 2, 3]
     assert [s["text"].count("\u2591") for s in steps] == [6, 4, 2, 0]       # two positions a step
     assert "".join(ch["choices"][0]["text"] for ch in events(r.text)) == model.denoise("Once", 8, steps=4)
+    r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 8, "min_p": 0.1})
+    assert r.status_code == 400 and "min_p is not an option of a diffusion model" in r.json()["error"]["message"]
+
+
+def test_a_diffusion_server_past_its_queue_is_busy(tmp_path, monkeypatch):
+    """One request denoises and `queue` wait; the next is a 503, and the count falls as they end."""
+    from test_diffusion_models import write_llada
+    folder = tmp_path / "llada"
+    write_llada(os.path.join(HF, "llama-gqa"), str(folder), mask_token_id=2)
+    model, go = tinydiff.load(str(folder)), threading.Event()
+    denoise_steps = model.denoise_steps
+
+    def held(*args, **kwargs):                  # the run waits for `go` before its first step
+        steps = denoise_steps(*args, **kwargs)
+        yield from (item for i, item in enumerate(steps) if i or go.wait(30))
+    monkeypatch.setattr(model, "denoise_steps", held)
+    body = {"prompt": "Once", "max_tokens": 8, "steps": 4}
+    with TestClient(make_app(model, "llada", queue=1)) as c, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first, second = pool.submit(c.post, "/v1/completions", json=body), pool.submit(c.post, "/v1/completions",
+                                                                                     json=body)
+        for _ in range(200):
+            if c.get("/health").json()["waiting"] + c.get("/health").json()["running"] == 2:
+                break
+            time.sleep(0.01)
+        r = c.post("/v1/completions", json=body)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "busy"
+        go.set()
+        assert first.result().status_code == second.result().status_code == 200
+        assert c.post("/v1/completions", json=body).status_code == 200
+        assert c.get("/health").json() == {"status": "ok", "slots": 1, "running": 0, "waiting": 0}
 
 
 # -- a live server and real clients ------------------------------------------------------------------

@@ -80,9 +80,18 @@ def penalize(logits, history, penalty, last_n):
         return logits
     logits = logits.copy()
     seen = np.unique(np.asarray(recent, dtype=np.int64))
-    vals = logits[seen]
-    logits[seen] = np.where(vals > 0, vals / penalty, vals * penalty)
+    logits[seen] = _penalized(logits[seen], penalty)
     return logits
+
+
+def _penalized(vals, penalty):
+    """The rule on some logits (in their own type, as HF's), kept finite: a penalty of 1e-40 made a
+    positive one inf and the softmax NaN; it stops at the type's largest number instead, a tie
+    there. A zero stays zero (0 x a penalty beyond float32's range, inf there, is NaN)."""
+    big = np.finfo(vals.dtype).max
+    with np.errstate(all="ignore"):
+        out = np.where(vals > 0, vals / penalty, vals * penalty)
+    return np.clip(np.where(vals == 0, vals, out), -big, big)
 
 
 def penalize_near(z, positions, canvas, known, penalty, last_n):
@@ -97,8 +106,7 @@ def penalize_near(z, positions, canvas, known, penalty, last_n):
     r, k = np.nonzero(np.abs(positions[:, None] - at[None, :]) <= last_n)  # pairs (row, known one) near
     hit = np.zeros(z.shape, bool)
     hit[r, canvas[at[k]]] = True                                         # each token once per row
-    vals = z[hit]
-    z[hit] = np.where(vals > 0, vals / penalty, vals * penalty)
+    z[hit] = _penalized(z[hit], penalty)
     return z
 
 

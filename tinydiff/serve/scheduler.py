@@ -151,7 +151,7 @@ class Scheduler:
                     self._fail(slot, seq, e)
             try:
                 self._step()
-            except Exception as e:   # the pass every running request shares: they all end with it
+            except Exception as e:   # the pass every running request shares (not one's sampling): all end
                 for slot, seq in list(self.running.items()):
                     self._fail(slot, seq, e)
 
@@ -191,10 +191,13 @@ class Scheduler:
         self.steps += 1
         self.generated += len(seqs)
         for slot, seq, row in zip(slots, seqs, logits):
-            if len(seq.history) % PAGE == 0:                               # a page just filled: name it
-                self.cache.name_pages(slot, seq.history)
-            if seq._take(row):
-                self._retire(slot, seq)
+            try:
+                if len(seq.history) % PAGE == 0:                           # a page just filled: name it
+                    self.cache.name_pages(slot, seq.history)
+                if seq._take(row):
+                    self._retire(slot, seq)
+            except Exception as e:   # its own sampling: this request alone ends with it
+                self._fail(slot, seq, e)
 
     def _grow(self, slot, positions):
         if not self.cache.grow(slot, positions):   # cannot happen: every slot can fill its context

@@ -10,11 +10,16 @@ Endpoints (OpenAI's shapes, https://platform.openai.com/docs/api-reference):
 Fields read: max_tokens (completions: 16, as OpenAI; chat: up to the context, for a diffusion model
 128), temperature, top_p, and llama-server's top_k, min_p, repeat_penalty, repeat_last_n (default:
 the model's generation_config.json, else llama.cpp's; a diffusion model's: LLaDA's greedy, no
-penalty), seed, stop (a string or a list), n (1 only), stream and
-stream_options.include_usage. A message's content is a string or a list of {"type": "text"} parts.
+penalty), seed, stop (a string or a list of at most 16, each 1-512 characters), n (1 only), stream
+and stream_options.include_usage. A prompt is a string, a list of one, or a list of token ids. A
+message's content is a string or a list of {"type": "text"} parts; "developer" is the system role
+under OpenAI's newer name. Fields this server cannot honour (logprobs, echo, suffix, best_of > 1,
+another kind of model's options: a diffusion field to an autoregressive model, min_p to a
+diffusion one) are a 400, never ignored.
 Streaming is server-sent events: `data: {chunk}` lines, then `data: [DONE]`. A diffusion model
 takes its denoising options as extra fields (steps, block_length, threshold, gap, remasking, cache, ...),
-runs one request at a time on a worker thread of its own, and streams its answer as one chunk when
+runs one request at a time on a worker thread of its own (at most `queue` more wait: 503 past
+them), and streams its answer as one chunk when
 it is done; with "stream_steps": true, each denoising step comes first as a chunk with empty text
 and a "denoising" field, {"step": i, "text": the answer so far, masked positions as \u2591}.
 
@@ -25,8 +30,11 @@ request holds a thread while it waits for a slot. A streaming client that discon
 slot at the next step (a non-streaming request runs to its end, as llama-server's does). A failure
 in the engine is a 500 (or, mid-stream, a `data: {"error": ...}` event), never a normal ending.
 Every bad request is a 4xx with OpenAI's error body {"error": {"message", "type", "param", "code"}},
-and the server goes on: malformed JSON, a wrong field, an unknown model (404), a prompt over the
-context, a wrong or missing API key (401), a full queue (503).
+and the server goes on: malformed JSON (NaN and Infinity included), a wrong field, an unknown model
+or path (404), a wrong method (405), a body over MAX_BODY_BYTES or 64 bytes a context position (413),
+a prompt over the context, a wrong or missing API key (401), a full queue (503). Prompts are
+tokenized off the event loop, so a long one never stalls the other clients; one request's failure
+in sampling ends it alone.
 """
 import asyncio
 import json
@@ -37,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
@@ -52,6 +61,11 @@ DIFFUSION_MAX_TOKENS = 128   # a diffusion answer's canvas when the request name
 # OpenAI's field -> SamplingParams' (llama-server's own names pass as they are)
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
             "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n", "seed": "seed"}
+# OpenAI's fields this server cannot honour, and the value each may keep (anything else is a 400)
+UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+               "best_of": (None, 1)}
+MAX_STOPS, MAX_STOP_CHARS = 16, 512   # each token checks every stop string: kept small
+MAX_BODY_BYTES = 1 << 20              # or 64 bytes a context position, if more
 
 
 class ApiError(Exception):
@@ -71,54 +85,86 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
     n_ctx = n_ctx or min(model.config.max_position_embeddings, 4096)
     scheduler = Scheduler(model, slots, n_ctx, queue) if model.config.causal else None
     diffusion = ThreadPoolExecutor(1, thread_name_prefix="tinydiff-diffusion") if scheduler is None else None
+    denoising = {"running": 0, "waiting": 0}          # a diffusion model's requests (event loop only)
+    max_body = max(MAX_BODY_BYTES, 64 * n_ctx)
+    # the fields of the other kind of model: a 400, not ignored
+    foreign = DENOISING - set(SAMPLING) | {"stream_steps"} if scheduler is not None else set(SAMPLING) - DENOISING
 
     def check_key(request):
-        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        if api_key is not None and (scheme.lower() != "bearer" or key.strip() != api_key):
             raise ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", code="invalid_api_key",
                            kind="authentication_error")
 
     async def body_of(request):
         check_key(request)
+        if int(request.headers.get("content-length") or 0) > max_body:
+            raise _too_large(max_body)
+        raw = bytearray()
+        async for piece in request.stream():
+            raw += piece
+            if len(raw) > max_body:
+                raise _too_large(max_body)
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            body = json.loads(raw, parse_constant=_no_constant)
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
             raise ApiError(400, f"the request body is not JSON: {e}") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         if body.get("model") not in (None, name):
             raise ApiError(404, f"the model '{body.get('model')}' does not exist; this server has '{name}'",
                            param="model", code="model_not_found")
+        for field in sorted(set(body) & foreign):
+            kind = "an autoregressive" if scheduler is not None else "a diffusion"
+            raise ApiError(400, f"{field} is not an option of {kind} model", param=field)
+        for field, allowed in UNSUPPORTED.items():
+            if field in body and not any(body[field] is a or body[field] == a and type(body[field]) is type(a)
+                                         for a in allowed):
+                raise ApiError(400, f"{field} is not supported by this server (got {body[field]!r})", param=field)
         return body
 
     async def health(request):
-        busy = {} if scheduler is None else {"slots": slots, "running": len(scheduler.running),
-                                             "waiting": len(scheduler.waiting), "tokens_generated": scheduler.generated}
+        busy = {"slots": 1, **denoising} if scheduler is None else {
+            "slots": slots, "running": len(scheduler.running), "waiting": len(scheduler.waiting),
+            "tokens_generated": scheduler.generated}
         return JSONResponse({"status": "ok", **busy})
+
+    def model_card():
+        return {"id": name, "object": "model", "created": 0, "owned_by": "tinydiff"}
 
     async def models(request):
         check_key(request)
-        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "created": 0,
-                                                         "owned_by": "tinydiff"}]})
+        return JSONResponse({"object": "list", "data": [model_card()]})
+
+    async def one_model(request):
+        check_key(request)
+        if request.path_params["id"] != name:
+            raise ApiError(404, f"the model '{request.path_params['id']}' does not exist; this server has '{name}'",
+                           param="model", code="model_not_found")
+        return JSONResponse(model_card())
 
     async def completions(request):
         body = await body_of(request)
         prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]                                     # a batch of one
         if isinstance(prompt, str) and prompt:
-            ids = model.encode_prompt(prompt)
+            ids = await asyncio.to_thread(model.encode_prompt, prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
             ids = model._ids(prompt).tolist()
         else:
-            raise ApiError(400, "prompt must be a non-empty string or list of token ids", param="prompt")
+            raise ApiError(400, "prompt must be a non-empty string, a list of one, or a list of token ids "
+                                "(one prompt a request)", param="prompt")
         return await answer(body, ids, "text_completion", default_max=16)
 
     async def chat_completions(request):
         body = await body_of(request)
-        ids = model.chat_ids(_text_messages(body.get("messages")))
+        ids = await asyncio.to_thread(model.chat_ids, _text_messages(body.get("messages")))
         return await answer(body, ids, "chat.completion", default_max=None)
 
     async def answer(body, ids, kind, default_max):
         stream, options = _stream_options(body)
-        if body.get("n", 1) != 1:
+        if body.get("n", 1) != 1 or isinstance(body.get("n"), bool):
             raise ApiError(400, f"n must be 1 (one answer a request), got {body['n']!r}", param="n")
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
         if max_tokens is None:
@@ -131,8 +177,10 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
                                 f"{n_ctx} tokens", param="max_tokens", code="context_length_exceeded")
         stop = body.get("stop")
         stop = [stop] if isinstance(stop, str) else stop
-        if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
-            raise ApiError(400, "stop must be a string or a list of strings", param="stop")
+        if stop is not None and not (isinstance(stop, list) and len(stop) <= MAX_STOPS and all(
+                isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
+            raise ApiError(400, f"stop must be a string or a list of at most {MAX_STOPS} strings, each of 1 to "
+                                f"{MAX_STOP_CHARS} characters", param="stop")
         run = Run(kind, name, len(ids))
         events = generated(body, ids, max_tokens, stop, run) if scheduler is not None \
             else denoised(body, ids, max_tokens, stop, run)
@@ -174,10 +222,14 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
         then its text as one piece."""
         options = {k: v for k, v in body.items() if k in DENOISING and v is not None}
         steps = model.denoise_steps(ids, max_tokens, **options)    # every check now, before any answer starts
+        if denoising["running"] + denoising["waiting"] > queue:   # one runs, `queue` wait
+            raise ApiError(503, f"the server is busy: a request is denoising and {denoising['waiting']} wait",
+                           kind="server_error", code="busy")
         show_steps = body.get("stream_steps") is True
         out, loop, gone = asyncio.Queue(), asyncio.get_running_loop(), threading.Event()
 
         def work():
+            loop.call_soon_threadsafe(started)
             try:
                 for item in steps:
                     if gone.is_set():
@@ -194,8 +246,17 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
         def give(item):
             loop.call_soon_threadsafe(out.put_nowait, item)
 
+        def started():
+            denoising["waiting"] -= 1
+            denoising["running"] += 1
+
+        def finished(_):
+            loop.call_soon_threadsafe(lambda: denoising.__setitem__("running", denoising["running"] - 1))
+
+        denoising["waiting"] += 1                                # counted with the work, which ends it
+        diffusion.submit(work).add_done_callback(finished)
+
         async def events():
-            diffusion.submit(work)
             try:
                 while (item := await out.get()) is not None:
                     if isinstance(item, Exception):
@@ -217,12 +278,24 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
             return e.response()
         if isinstance(e, UsageError):
             return ApiError(400, str(e)).response()
+        if isinstance(e, HTTPException):                  # starlette's own: no such path, a wrong method
+            return ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}",
+                            code="not_found" if e.status_code == 404 else None).response()
         return ApiError(500, f"{type(e).__name__}: {e}", kind="server_error").response()
 
-    routes = [Route("/health", health), Route("/v1/models", models),
+    routes = [Route("/health", health), Route("/v1/models", models), Route("/v1/models/{id:path}", one_model),
               Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/chat/completions", chat_completions, methods=["POST"])]
-    return Starlette(routes=routes, exception_handlers={ApiError: errors, TinydiffError: errors, Exception: errors})
+    return Starlette(routes=routes, exception_handlers={ApiError: errors, TinydiffError: errors,
+                                                        HTTPException: errors, Exception: errors})
+
+
+def _too_large(limit):
+    return ApiError(413, f"the request body is over {limit} bytes", code="request_too_large")
+
+
+def _no_constant(word):
+    raise ValueError(f"{word} is not a JSON number")
 
 
 def _stream_options(body):
@@ -233,6 +306,8 @@ def _stream_options(body):
     if options is not None and (not stream or not isinstance(options, dict)):
         raise ApiError(400, "stream_options must be an object, and is only allowed with stream: true",
                        param="stream_options")
+    if not isinstance((options or {}).get("include_usage", False), bool):
+        raise ApiError(400, "stream_options.include_usage must be true or false", param="stream_options")
     return stream, options or {}
 
 
@@ -242,6 +317,8 @@ def _text_messages(messages):
         return messages
     out = []
     for m in messages:
+        if isinstance(m, dict) and m.get("role") == "developer":        # OpenAI's newer name for system
+            m = {**m, "role": "system"}
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, list):
             if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
