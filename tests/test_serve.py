@@ -202,7 +202,7 @@ def test_openai_fields_kept_at_their_defaults_a_prompt_list_of_one_and_the_devel
     assert answers[0]["choices"] == answers[1]["choices"]
 
 
-def test_paths_methods_and_sizes_are_openai_errors_too(client):
+def test_paths_methods_sizes_and_a_missing_template_are_openai_errors_too(client):
     c, _ = client
     key = {"Authorization": "Bearer k"}
     for method, path, status in [("GET", "/v1/completions", 405), ("PUT", "/v1/chat/completions", 405),
@@ -215,6 +215,10 @@ def test_paths_methods_and_sizes_are_openai_errors_too(client):
     assert r.status_code == 413 and "over" in r.json()["error"]["message"]
     assert c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
                   headers={"Authorization": "bearer k"}).status_code == 200     # the scheme in any case
+    no_template = TestClient(make_app(tinydiff.load(os.path.join(HF, "llama-gqa")), "plain"))
+    r = no_template.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 400 and r.json()["error"]["message"] == ("the model 'plain' has no chat template: use "
+                                                                     "/v1/completions")    # not the folder
 
 
 def test_a_penalty_past_floats_range_still_samples(client):

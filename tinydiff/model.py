@@ -428,8 +428,6 @@ class Model:
         filled = self.denoise_result(ids, on_step=on_step, fixed=np.asarray(ids) != self.mask_id, **options).ids
         return self._tokenizer().text(filled[first:last])
 
-    # -- what it is -------------------------------------------------------------------------
-
     # -- chat (formats/chat_template.py renders; chat.py keeps a conversation) -----------------
 
     def render_chat(self, messages, add_generation_prompt=True, **variables):

@@ -159,6 +159,8 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
 
     async def chat_completions(request):
         body = await body_of(request)
+        if model.chat_template is None:                  # (the model's own error names its folder)
+            raise ApiError(400, f"the model '{name}' has no chat template: use /v1/completions")
         ids = await asyncio.to_thread(model.chat_ids, _text_messages(body.get("messages")))
         return await answer(body, ids, "chat.completion", default_max=None)
 
