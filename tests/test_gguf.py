@@ -13,6 +13,7 @@ through `widened`: the same weights dequantized to f32, which is what the stored
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from tinydiff.engine.gguf_model import permute_rows
 from tinydiff.engine.masks import BIDIRECTIONAL
 from tinydiff.engine.transformer import rope_inv_freq
 from tinydiff.engine.weights import GGUF_NAMES, HF_NAMES, LayerWeights, Weights
-from tinydiff.errors import ModelError
+from tinydiff.errors import ModelError, UsageError
 from tinydiff.formats import quant
 from tinydiff.formats.gguf import open_gguf, write_gguf
 from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
@@ -249,6 +250,29 @@ def test_a_masked_diffusion_model_round_trips(tmp_path):
     ids = reference("llama-gqa")["input_ids"][0]
     np.testing.assert_array_equal(ours.logits(ids, mask=BIDIRECTIONAL), hf.logits(ids, mask=BIDIRECTIONAL))
     assert ours.denoise_ids(ids, 8, steps=4) == hf.denoise_ids(ids, 8, steps=4)
+
+
+def test_an_output_that_is_not_a_regular_file_is_refused_and_a_symlink_written_through(tmp_path):
+    """The write renames a temporary into place, which would replace a FIFO (or a device) with a
+    regular file and a symlink with the file instead of writing its target."""
+    src = os.path.join(HF, "mistral")     # the smallest fixture
+    fifo, folder = tmp_path / "fifo.gguf", tmp_path / "folder.gguf"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for out, kind in ((fifo, "a FIFO"), (folder, "a directory")):
+        with pytest.raises(UsageError) as e:
+            convert(src, str(out), "q4_0")
+        assert str(out) in str(e.value) and f"not a regular file ({kind})" in str(e.value)
+        assert "\n" not in str(e.value)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.listdir(folder) == []
+    assert sorted(os.listdir(tmp_path)) == ["fifo.gguf", "folder.gguf"]     # no temporary left
+    link, real = tmp_path / "link.gguf", tmp_path / "real.gguf"
+    os.symlink(real, link)
+    for _ in range(2):      # the target new, then the target there
+        convert(src, str(link), "q4_0")
+        assert os.path.islink(link) and os.readlink(link) == str(real)
+        assert tinydiff.load(str(real)).config.num_hidden_layers == tinydiff.load(src).config.num_hidden_layers
+    assert sorted(os.listdir(tmp_path)) == ["fifo.gguf", "folder.gguf", "link.gguf", "real.gguf"]
 
 
 def test_llada_and_dream_become_llama_cpps_masked_diffusion_architectures(tmp_path):

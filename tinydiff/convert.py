@@ -2,10 +2,14 @@
 
 It writes what llama.cpp's convert_hf_to_gguf.py plus llama-quantize would: matrices in the chosen
 type, vectors f32, f16 for a q8_0/q4_0 matrix whose rows are not whole 32-weight blocks (the
-converter's own fallback), and the folder's chat template, if it has one. The conventions (names, keys, the Q/K permutation) are gguf_model.py's,
-which reads such files back.
+converter's own fallback), and the folder's chat template, if it has one. The conventions (names,
+keys, the Q/K permutation) are gguf_model.py's, which reads such files back. The file is written
+under a temporary name and renamed into place, so an output that is a symlink is written through to
+its target, and one that is not a regular file (a device, FIFO, socket, directory) is refused before
+anything is written, never replaced by a file.
 """
 import os
+import stat
 
 from .engine.gguf_model import ARCHITECTURES, HF_ARCHITECTURES, permute_rows
 from .errors import UsageError
@@ -32,6 +36,7 @@ def convert(src, out, wtype="f16"):
         raise UsageError(f"unknown weight type {wtype!r}; choose one of {', '.join(FILE_TYPES)}")
     if not os.path.isdir(src):
         fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
+    out = _output_path(out)     # before the checkpoint is read: a refusal costs nothing
     cfg = load_config(src)
     arch = HF_ARCHITECTURES[cfg.model_type]     # load_config refused any other model_type
     ckpt = load_checkpoint(src)
@@ -48,6 +53,30 @@ def convert(src, out, wtype="f16"):
     tensors, fallbacks = _tensor_plans(cfg, ckpt, arch, wtype)
     write_gguf(out, metadata, tensors)
     return fallbacks
+
+
+def _output_path(out):
+    """The path to write out as: a symlink's target, since write_gguf's rename would replace the
+    link itself; refused unless it is a regular file or nothing yet, since the rename would turn
+    a device or FIFO into a regular file (and a directory cannot be written at all)."""
+    out = os.fspath(out)
+    path = os.path.realpath(out) if os.path.islink(out) else out
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:   # a new file, or a dangling link's target: created
+        return path
+    if not stat.S_ISREG(mode):
+        where = out if path == out else f"{out} (-> {path})"
+        raise UsageError(f"{where} is not a regular file ({_kind(mode)}): convert writes a new file")
+    return path
+
+
+def _kind(mode):
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "another kind of file"
 
 
 def _config_metadata(cfg, arch, wtype, name):
