@@ -95,10 +95,38 @@ def test_info_says_a_bf16_checkpoint_runs_in_bf16_from_the_file(capsys):
     (["-p", "hi", "--top-p", "2"], ["top_p"]),
     (["-p", "hi", "-n", "abc"], ["n-predict", "abc"]),
     (["-p", "hi", "-n", "300"], ["context of 256"]),
+    (["-p", "hi", "--stop", ""], ["stop string must not be empty"]),
 ])
 def test_usage_errors_are_one_line_with_status_2(argv, words):
     status, _, err = run("generate", "-m", MODEL, *argv)
     assert_one_line_error(status, err, 2, *words)
+
+
+def test_an_empty_model_name_is_refused_not_the_default(capsys):
+    assert main(["generate", "-m", "", "-p", "Once", "-n", "2"]) == 2
+    assert "-m/--model is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--temp", "-1"], ["temperature must be >= 0"]),
+    (["--top-p", "5"], ["top_p"]),
+    (["-n", "100000"], ["leaves no room for a message"]),
+])
+def test_chat_checks_its_flags_before_the_first_line(tmp_path, flags, words):
+    """A bad flag is one usage error before anything is read (it was an error for every line typed,
+    then exit 0); a template that renders nothing is a usage error, not a traceback."""
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
+    status, out, err = run("chat", "-m", MODEL, "--chat-template-file", str(template), "-n", "4", *flags,
+                           stdin=b"hi\nhello\n")
+    assert_one_line_error(status, err, 2, *words)
+    assert out == ""
+    template.write_text("")
+    status, _, err = run("chat", "-m", MODEL, "--chat-template-file", str(template), "-n", "4", stdin=b"hi\n")
+    assert status == 0 and "renders the conversation as nothing" in err and "Traceback" not in err
+    template.write_text("{% for m in messages %")
+    status, _, err = run("chat", "-m", MODEL, "--chat-template-file", str(template), stdin=b"hi\n")
+    assert_one_line_error(status, err, 2, str(template))       # the caller's file: a usage error
 
 
 def test_invalid_utf8_on_stdin():
@@ -235,6 +263,14 @@ def test_infill_keeps_the_given_text(llada_dir):
     assert status == 0 and out.startswith("Once upon") and out.rstrip("\n").endswith(" there was")
 
 
+def test_infill_keeps_given_text_after_an_end_of_text(llada_dir):
+    """The given text is the user's, an EOS in it too (Model.infill's answer); the CLI cut it there."""
+    text = "Once upon a [MASK*2]. The end.<|endoftext|>Later [MASK*2] x"
+    want = tinydiff.load(llada_dir).infill(text, seed=1)
+    status, out, _ = run("infill", "-m", llada_dir, "-p", text, "-s", "1")
+    assert status == 0 and out == want + "\n" and out.rstrip("\n").endswith(" x")
+
+
 def test_visual_falls_back_to_plain_text_when_not_a_terminal(llada_dir):
     plain = run("generate", "-m", llada_dir, "-p", "Once", "-n", "8")
     visual = run("generate", "-m", llada_dir, "-p", "Once", "-n", "8", "--visual")
@@ -247,6 +283,9 @@ def test_visual_falls_back_to_plain_text_when_not_a_terminal(llada_dir):
     (["generate", "-p", "Once", "-n", "8", "--threshold", "1.5"], ["threshold"]),
     (["generate", "-p", "Once", "-n", "8", "--steps", "0"], ["steps"]),
     (["infill", "-p", "The [MASK*0] cat"], ["MASK*0"]),
+    (["generate", "-p", "Once", "-n", "8", "--cfg", "inf"], ["cfg_scale must be >= 0 and finite"]),
+    (["generate", "-p", "Once", "-n", "8", "--factor", "inf"], ["factor must be > 0 and finite"]),
+    (["generate", "-p", "Once", "-n", "8", "--entropy-bound", "inf"], ["entropy_bound must be >= 0 and finite"]),
 ])
 def test_diffusion_usage_errors(llada_dir, argv, words):
     status, _, err = run(*argv[:1], "-m", llada_dir, *argv[1:])
@@ -303,6 +342,22 @@ def test_bench_table_and_bad_test_spec(capsys, fixed_roofline):
     for bad in ("8x4", "10x4x2", "8x2x4", "8x0x1"):                      # too few parts, N % B, S > B, B = 0
         assert main(["bench", "-m", MODEL, "-p", "8", "-b", bad]) == 2
         assert bad in capsys.readouterr().err
+    assert main(["bench", "-m", MODEL, "-p", "8", "-d", "8x9"]) == 2      # more steps than positions
+    assert "8x9" in capsys.readouterr().err
+    assert main(["bench", "-m", MODEL, "-p", "8", "--npl", "1,2000"]) == 2
+    assert "batch sizes 1-1024" in capsys.readouterr().err
+
+
+def test_bench_checks_every_model_before_running_any(capsys, fixed_roofline, tmp_path):
+    """A test too long for the second model's context is refused before the first model runs."""
+    small = tmp_path / "small"
+    shutil.copytree(MODEL, small)
+    cfg = json.load(open(small / "config.json"))
+    json.dump({**cfg, "max_position_embeddings": 64}, open(small / "config.json", "w"))
+    assert main(["bench", "-m", MODEL, "-m", str(small), "-p", "8", "-n", "4", "-d", "100x2", "-b", "8x8x1",
+                 "-r", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "dd100x2 exceeds a model's context of 64" in captured.err
 
 
 def test_bench_runs_each_weight_type_and_gives_ratios(capsys, fixed_roofline):
@@ -330,6 +385,8 @@ def test_cost_prints_ar_and_diffusion_rows_and_draws_the_plot(capsys, fixed_roof
     import xml.etree.ElementTree as ET
     text = " ".join(t.text or "" for t in ET.parse(svg).iter() if t.tag.endswith("text"))
     assert "autoregressive" in text and "canvas 64" in text
+    assert main(["cost", "-m", MODEL, "-m", llada_dir, "-m", MODEL, "-n", "8"]) == 2    # one of each kind
+    assert "would not be measured" in capsys.readouterr().err
 
 
 def test_cost_by_weight_type_reads_fewer_bytes_per_token(capsys, fixed_roofline, llada_dir):

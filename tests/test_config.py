@@ -32,8 +32,10 @@ def test_defaults_and_derived_sizes():
     c = cfg()
     assert c.head_dim == 16 and c.q_dim == 64 and c.kv_dim == 32
     assert c.rope_theta == 10000.0 and c.causal and not c.qkv_bias
-    assert cfg(head_dim=32).q_dim == 128
+    assert cfg(head_dim=32).q_dim == 128 and cfg(head_dim=None).head_dim == 16
     assert cfg(num_key_value_heads=None).num_key_value_heads == 4
+    with pytest.raises(ModelError, match="field 'head_dim' should be positive, got 0"):   # not d / H in its place
+        cfg(head_dim=0)
 
 
 def test_qwen2_has_qkv_bias_and_llama_attention_bias_has_all_four():

@@ -243,6 +243,10 @@ def _or(value, default):
 
 def load_model(args):
     from .model import default_model_path, load
+    if args.model == "":
+        raise UsageError("-m/--model is empty: give a model folder, a .gguf file or a shipped model's name")
+    if "" in (getattr(args, "stop", None) or []):
+        raise UsageError("--stop \"\": a stop string must not be empty (it would end every answer at once)")
     path = args.model or default_model_path("diffusion" if getattr(args, "mode", None) == "diffusion"
                                             or args.command == "infill" else "ar")
     return load(path, threads=args.threads)
@@ -334,8 +338,9 @@ def run_diffusion(args, model, prompt, infill=False, seed=None, echo=False):
     if echo:
         _write(prompt + ("\n" if view and view.live else ""))   # the live view redraws whole lines
     result = to_the_end(steps, view.on_step if view else None)
-    out = result.canvas[first:last].tolist() if infill else result.ids
-    text = cut_at_stop(model.text(out), getattr(args, "stop", None))
+    # an infill's given text is the user's, an EOS in it included (Model.infill's); an answer ends at its EOS
+    text = model.tokenizer.text(result.canvas[first:last].tolist()) if infill else model.text(result.ids)
+    text = cut_at_stop(text, getattr(args, "stop", None))
     if view:
         view.finish(text)
     else:
@@ -364,11 +369,16 @@ def cmd_chat(args):
         model.chat_template = _template_file(args.chat_template_file, model)
     chat = Chat(model, system=args.system, n_ctx=args.ctx_size)
     sys.stdin.reconfigure(errors="replace")   # a stray byte in what is typed is a character, not a crash
+    # every flag checked before the first line is read, as generate checks them (a turn's errors are the text's)
     if mode == "diffusion":
-        model._mask()      # an autoregressive model named with --mode diffusion: refused before the loop
         options = {**diffusion_options(args), **diffusion_sampling(args, seed)}
+        model.denoise_steps([0], args.n_predict, **options)    # checked, never run (a masked model's too)
     else:
         options = {**ar_sampling(args), "seed": seed}
+        model.sampling_params(**options)
+    if args.n_predict >= chat.n_ctx:
+        raise UsageError(f"-n/--n-predict {args.n_predict} leaves no room for a message in a context of "
+                         f"{chat.n_ctx} positions")
     while True:
         line = _read_line("> ")
         if line is None or line.strip() == "/exit":
@@ -418,8 +428,11 @@ def _template_file(path, model):
             source = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--chat-template-file {path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    return ChatTemplate(source, model.chat_template.special_tokens if model.chat_template else
-                        _special_tokens_of(model), path)
+    try:
+        return ChatTemplate(source, model.chat_template.special_tokens if model.chat_template else
+                            _special_tokens_of(model), path).compiled()
+    except ModelError as e:   # the caller's file, not the model's: a usage error (exit 2)
+        raise UsageError(str(e)) from None
 
 
 def _special_tokens_of(model):
@@ -462,11 +475,12 @@ def cmd_bench(args):
         batch_ratios,
         bench,
         block_ratios,
+        check_fits,
         parse_test,
         type_ratios,
         weight_bandwidth,
     )
-    from .measure.shapes import SHAPES, random_model
+    from .measure.shapes import SHAPES, random_model, shape_config
     from .measure.table import stored_as
     from .model import load, model_path, set_threads
     if args.threads is not None:
@@ -482,9 +496,15 @@ def cmd_bench(args):
     if unknown:
         raise UsageError(f"bench: unknown shape '{unknown[0]}' (known: {', '.join(SHAPES)})")
     types = _weight_types(args.type, "bench")
+    loaded = {path: load(path, threads=args.threads) for path in args.model or []}   # mapped: every check first
+    shapes = args.shape or ([] if args.model else list(SHAPES))
+    for n_ctx in [m.config.max_position_embeddings for m in loaded.values()] + [
+            shape_config(name).max_position_embeddings for name in shapes]:
+        for spec in _bench_tests(args, n_ctx):
+            check_fits(spec, n_ctx)
     roofline = None if args.no_roofline else _roofline(args.threads)
-    models = [(path, lambda p=path: load(p, threads=args.threads)) for path in args.model or []]
-    models += [(name, lambda n=name: random_model(n)) for name in args.shape or ([] if args.model else SHAPES)]
+    models = [(path, lambda p=path: loaded[p]) for path in loaded]
+    models += [(name, lambda n=name: random_model(n)) for name in shapes]
     results = []
     if not args.json:
         print(HEADER)
@@ -518,15 +538,16 @@ def _bench_tests(args, n_ctx):
 
 
 def _npl(text):
-    """--npl 1,2,4,8: the batch sizes, each >= 1."""
+    """--npl 1,2,4,8: the batch sizes, each 1..MAX_SEQUENCES."""
+    from .measure.bench import MAX_SEQUENCES
     if text is None:
         return []
     try:
         sizes = [int(v) for v in text.split(",")]
     except ValueError:
         sizes = [0]
-    if not sizes or min(sizes) < 1:
-        raise UsageError(f"bench: --npl takes batch sizes >= 1 separated by commas, got '{text}'")
+    if not sizes or min(sizes) < 1 or max(sizes) > MAX_SEQUENCES:
+        raise UsageError(f"bench: --npl takes batch sizes 1-{MAX_SEQUENCES} separated by commas, got '{text}'")
     return sizes
 
 
@@ -560,6 +581,10 @@ def cmd_cost(args):
     dm = next((m for m in models if m.config.mask_token_id is not None), None)
     if ar is None and dm is None:
         raise UsageError("cost: give a causal model, a masked-diffusion model, or both with -m")
+    unused = [p for p, m in zip(paths, models) if m is not ar and m is not dm]
+    if unused:   # one of each kind is set side by side
+        raise UsageError(f"cost: {unused[0]} would not be measured: give at most one causal model and one "
+                         "masked-diffusion model")
     if dm is None:      # costs depend on the shape alone; what a step commits needs a trained model
         print("note: no masked-diffusion model given: diffusion runs use the AR weights read "
               "bidirectionally, so their costs are real but their commits per pass are not", file=sys.stderr)

@@ -440,8 +440,11 @@ class Model:
 
     def chat_ids(self, messages, add_generation_prompt=True, **variables):
         """The rendered conversation's ids: the template writes BOS and the like, none is added."""
-        return self._tokenizer().encode(self.render_chat(messages, add_generation_prompt, **variables),
-                                        add_special_tokens=False)
+        ids = self._tokenizer().encode(self.render_chat(messages, add_generation_prompt, **variables),
+                                       add_special_tokens=False)
+        if not ids:
+            raise UsageError("the chat template renders the conversation as nothing: no prompt to answer")
+        return ids
 
     def chat(self, messages, max_new_tokens=256, variables=None, **options):
         """The assistant's answer to the conversation: generated (options: sampling) or, for a

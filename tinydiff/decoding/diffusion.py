@@ -89,6 +89,7 @@ Infilling: the canvas is given whole, the holes anywhere; only the holes are den
 token stays fixed, and "the prompt" for guidance is everything given. Blocks are then groups of
 block_length holes, left to right.
 """
+import math
 import re
 import time
 from collections import namedtuple
@@ -205,15 +206,16 @@ class Options:
              f"repeat_last_n must be an integer >= 0, got {self.repeat_last_n!r}"),
             (self.threshold is None or is_number(self.threshold) and 0 < self.threshold <= 1,
              f"threshold must be in (0, 1], got {self.threshold!r}"),
-            (self.factor is None or is_number(self.factor) and self.factor > 0,
-             f"factor must be > 0, got {self.factor!r}"),
-            (self.entropy_bound is None or is_number(self.entropy_bound) and self.entropy_bound >= 0,
-             f"entropy_bound must be >= 0, got {self.entropy_bound!r}"),
+            (self.factor is None or is_number(self.factor) and 0 < self.factor < math.inf,
+             f"factor must be > 0 and finite, got {self.factor!r}"),
+            (self.entropy_bound is None or is_number(self.entropy_bound) and 0 <= self.entropy_bound < math.inf,
+             f"entropy_bound must be >= 0 and finite, got {self.entropy_bound!r}"),
             (is_integer(self.gap) and self.gap >= 0, f"gap must be an integer >= 0, got {self.gap!r}"),
             (is_number(self.eps) and 0 < self.eps < 1, f"eps must be in (0, 1), got {self.eps!r}"),
             (self.alg_temp is None or is_number(self.alg_temp) and self.alg_temp >= 0,
              f"alg_temp must be >= 0, got {self.alg_temp!r}"),
-            (is_number(self.cfg_scale) and self.cfg_scale >= 0, f"cfg_scale must be >= 0, got {self.cfg_scale!r}"),
+            (is_number(self.cfg_scale) and 0 <= self.cfg_scale < math.inf,
+             f"cfg_scale must be >= 0 and finite, got {self.cfg_scale!r}"),
             (self.seed is None or is_integer(self.seed) and self.seed >= 0,
              f"seed must be an integer >= 0, got {self.seed!r}"),
         ])

@@ -162,7 +162,8 @@ def config_from_dict(raw, where="config.json"):
     d = get("hidden_size", int, required=True)
     n_heads = get("num_attention_heads", int, required=True)
     n_kv = get("num_key_value_heads", int, n_heads)
-    head_dim = get("head_dim", int, None) or (d // n_heads if n_heads else 0)
+    head_dim = get("head_dim", int, None)                     # given (0 too: check_shapes refuses it), or d / H
+    head_dim = head_dim if head_dim is not None else d // n_heads if n_heads else 0
     cfg = Config(
         model_type=model_type,
         hidden_size=d,

@@ -46,10 +46,16 @@ class ChatTemplate:
         self.special_tokens = dict(special_tokens or {})
         self._template = None
 
+    def compiled(self):
+        """self, compiled now rather than at its first rendering (a template the caller gives is
+        checked before a conversation starts)."""
+        self._template = self._template or _compile(self.source, self.where)
+        return self
+
     def render(self, messages, add_generation_prompt=True, **variables):
         """The conversation as text, ending with the assistant's header if add_generation_prompt."""
         check_messages(messages)
-        self._template = self._template or _compile(self.source, self.where)
+        self.compiled()
         try:
             return self._template.render(messages=[dict(m) for m in messages], tools=None, documents=None,
                                          add_generation_prompt=add_generation_prompt,

@@ -63,6 +63,9 @@ HEADER = ("| model                |   params | threads |      test |            
           "----------|")
 
 
+MAX_SEQUENCES = 1024    # a tg test's batch: a pass of at most this many rows is one C call a layer
+
+
 def parse_test(spec):
     """'pp512' / 'tg128' / 'tg128x8' / 'dd256x8' / 'bd128x8x2' -> (kind, n, steps, block): steps a
     block for bd, in all for dd, 1 for pp and tg; block: B for bd, the sequences for tg, else 0 (tg:
@@ -73,11 +76,11 @@ def parse_test(spec):
             return kind, int(rest), 1, int(kind == "tg")
         if kind == "tg":
             N, B = (int(v) for v in rest.lower().split("x"))
-            if N > 0 and B > 0:
+            if N > 0 and 0 < B <= MAX_SEQUENCES:
                 return kind, N, 1, B
         if kind == "dd":
             L, S = (int(v) for v in rest.lower().split("x"))
-            if L > 0 and S > 0:
+            if 0 < S <= L:
                 return kind, L, S, 0
         if kind == "bd":
             N, B, S = (int(v) for v in rest.lower().split("x"))
@@ -85,15 +88,21 @@ def parse_test(spec):
                 return kind, N, S, B
     except ValueError:
         pass
-    raise UsageError(f"bench: test '{spec}' should look like pp512, tg128, tg128x8 (8 sequences), dd256x8 or "
-                     f"bd128x8x2 (N tokens in blocks of B, S <= B steps a block, N a multiple of B)")
+    raise UsageError(f"bench: test '{spec}' should look like pp512, tg128, tg128x8 (8 sequences, at most "
+                     f"{MAX_SEQUENCES}), dd256x8 (S <= L steps) or bd128x8x2 (N tokens in blocks of B, S <= B steps "
+                     f"a block, N a multiple of B)")
+
+
+def check_fits(spec, n_ctx):
+    """A test's positions within a context of n_ctx (tg and bd read one more than they make)."""
+    kind, n, _, _ = parse_test(spec)
+    if n + (kind in ("tg", "bd")) > n_ctx:
+        raise UsageError(f"bench: {spec} exceeds a model's context of {n_ctx}")
 
 
 def prepare(model, kind, n, steps, block, rng):
     """Sets up one repetition; returns the function to time, which returns the tokens it made."""
     cfg = model.config
-    if n + (kind in ("tg", "bd")) > cfg.max_position_embeddings:
-        raise UsageError(f"bench: {kind}{n} exceeds the model's context of {cfg.max_position_embeddings}")
     seqs = block if kind == "tg" else 1
     ids = rng.integers(0, cfg.vocab_size, size=(seqs, n + 1))
     forward, state = model.transformer.forward, model.transformer.state(n + 1, batch=seqs)
@@ -138,6 +147,8 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
     from .roofline import predict_seconds
     rng = np.random.default_rng(seed)
     plans = [parse_test(spec) for spec in tests]
+    for spec in tests:
+        check_fits(spec, model.config.max_position_embeddings)
     prepare(model, "pp", 8, 1, 0, rng)()                                   # warm up: page weights in
     seconds, ledgers, tokens = [[] for _ in tests], [None] * len(tests), [0] * len(tests)
     for _ in range(repetitions):

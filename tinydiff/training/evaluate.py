@@ -100,6 +100,7 @@ PREV_CONTEXT = 64           # tokens of the previous story given before a story'
 UNITS = ("paragraph", "story")
 PLURAL = {"paragraph": "paragraphs", "story": "stories"}
 MDM_DEFAULT_STORIES = 300   # x ~250 tokens x K=8 copies: ~1.5 minutes on 2 cores
+ELBO_DRAWS = 8              # mask draws per story, K (--samples-per-seq)
 REFERENCE_PROMPT = 4        # tokens of a held-out story given in the reference row: an opening's length
 OPENINGS = ("Once upon a time", "One day", "Lily and Ben", "There was a little", "Tom had a big",
             "Once there was a", "Mia wanted to", "The sun was")
@@ -126,8 +127,8 @@ def add_eval_arguments(p):
     p.add_argument("--unit", default="paragraph", choices=UNITS,
                    help="score each paragraph alone after an end-of-text (as published tiny-model evaluations "
                         "do), or each story with the end of the one before as context (default paragraph)")
-    p.add_argument("--samples-per-seq", type=int, default=8,
-                   help="masked diffusion: mask draws K per story (default 8)")
+    p.add_argument("--samples-per-seq", type=int, default=None,
+                   help=f"masked diffusion: mask draws K per story (default {ELBO_DRAWS})")
     p.add_argument("-s", "--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the report")
     p.add_argument("--against", default=None, metavar="REF_DIR",
@@ -668,6 +669,10 @@ def _check_args(args):
         raise UsageError("give one of --judge, --against, --bigram and --infill")
     if args.threshold != [None] and args.entropy_bound != [None]:
         raise UsageError("give --threshold or --entropy-bound, not both (a step commits by one rule)")
+    if args.samples_per_seq is not None and (args.judge or args.against or args.infill or args.bigram):
+        raise UsageError("--samples-per-seq is the masked-diffusion ELBO's: this evaluation would ignore it")
+    if args.seed < 0:
+        raise UsageError(f"-s/--seed must be >= 0, got {args.seed}")
     if not 0 < args.repeat_penalty < float("inf"):
         raise UsageError(f"--repeat-penalty must be > 0 and finite, got {args.repeat_penalty:g}")
     given = [flag for dest, (flag, default) in JUDGE_SETTINGS.items() if getattr(args, dest, default) != default]
@@ -685,6 +690,9 @@ def run_eval(args):
     if args.judge:
         return _run_judge(args)
     model = _load(args.model, args.threads, "ar")
+    if args.samples_per_seq is not None and model.config.causal:
+        raise UsageError("--samples-per-seq is the masked-diffusion ELBO's: an autoregressive model's likelihood "
+                         "is exact and would ignore it")
     if args.against:
         return _run_against(args, model)
     if args.infill:
@@ -697,7 +705,7 @@ def run_eval(args):
     elif model.config.causal:
         result = ar_likelihood(model, texts, limit, args.unit)
     else:
-        result = mdm_likelihood(model, texts, args.samples_per_seq, args.seed, limit, args.unit)
+        result = mdm_likelihood(model, texts, args.samples_per_seq or ELBO_DRAWS, args.seed, limit, args.unit)
     scored = len(stories[:args.max_stories or default])
     _print(args, {"model": model.path, "unit": args.unit, "stories_in_file": len(stories), "first_stories": scored,
                   **result.as_dict()}, lambda: likelihood_report(model, args, result, scored, len(stories)))
