@@ -519,6 +519,156 @@ def test_curves_refuse_what_is_not_a_run(tmp_path):
         curves.run_curve(str(tmp_path))
 
 
+def handmade_run(data, out, objective="mdm"):
+    """A run folder as tinydiff train leaves it (args.json, tokenizer.json, log.csv), made without torch."""
+    from tinydiff.formats import bpe
+    out.mkdir()
+    settings = {"objective": objective, "data": [data[0]], "val": data[1], "seq_len": 32, "eval_tokens": 512,
+                "unit_ends": 0.0, "init": None}
+    (out / "args.json").write_text(json.dumps(settings))
+    bpe.save_tokenizer_json(bpe.train_bpe(corpus.load_stories([data[0]]), 300, [train.EOT, train.MASK]),
+                            out / "tokenizer.json")
+    (out / "log.csv").write_text("step,tokens,lr,train_loss,val_loss,elapsed_s\n0,0,0.001,,5.5,1\n"
+                                 "10,1280,0.01,4.0,3.5,2\n20,2560,0.01,3.0,3.0,3\n", encoding="utf-8")
+    return out
+
+
+def edit_json(name, **fields):
+    def edit(out):
+        obj = json.loads((out / name).read_text())
+        (out / name).write_text(json.dumps(dict(obj, **fields)))
+    return edit
+
+
+def write(name, content):
+    def edit(out):
+        (out / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return edit
+
+
+def tokenizer_without_mask(out):
+    obj = json.loads((out / "tokenizer.json").read_text())
+    obj["added_tokens"] = [t for t in obj["added_tokens"] if t["content"] != train.MASK]
+    (out / "tokenizer.json").write_text(json.dumps(obj))
+
+
+LOG_HEAD = "step,tokens,lr,train_loss,val_loss,elapsed_s\n"
+
+
+@pytest.mark.parametrize("damage,words", [
+    (write("log.csv", b"step,tokens,val_loss\n0,0,5.5\n\xff\xfe,\xec\n"), "log.csv: invalid UTF-8 at byte"),
+    (write("log.csv", LOG_HEAD + "0,0,0.001,,5.5,1\n10,abc,0.01,4.0,3.5,2\n"),
+     "log.csv: line 3: 'tokens' should be a count of tokens, got 'abc'"),
+    (write("log.csv", LOG_HEAD + "0,-5,0.001,,5.5,1\n"), "log.csv: line 2: 'tokens' should be a count"),
+    (write("log.csv", "step,-tokens,lr,train_loss,val_loss,elapsed_s\n0,0,0.001,,5.5,1\n"),
+     "log.csv: no 'tokens' column in its header"),
+    (write("log.csv", LOG_HEAD + "0,0,0.001,,nan,1\n"), "log.csv: line 2: 'val_loss' should be a loss"),
+    (write("log.csv", LOG_HEAD + "0,0,0.001,,x,1\n"), "log.csv: line 2: 'val_loss' should be a loss"),
+    (edit_json("args.json", seq_len=0), "args.json: field 'seq_len' should be a positive whole number, got 0"),
+    (edit_json("args.json", seq_len="x"), "args.json: field 'seq_len' should be a positive whole number, got \"x\""),
+    (edit_json("args.json", eval_tokens=1.5), "args.json: field 'eval_tokens' should be a positive whole number"),
+    (edit_json("args.json", unit_ends="x"), "args.json: field 'unit_ends' should be a share in [0, 1), got \"x\""),
+    (edit_json("args.json", unit_ends=1), "args.json: field 'unit_ends' should be a share in [0, 1)"),
+    (edit_json("args.json", val=None), "args.json: field 'val' should be a validation file, got null"),
+    (edit_json("args.json", data="stories.txt"), "args.json: field 'data' should be a list of training files"),
+    (edit_json("args.json", objective="gpt"), "args.json: field 'objective' should be one of ar, mdm"),
+    (edit_json("args.json", init=5), "args.json: field 'init' should be a model folder or null, got 5"),
+    (edit_json("args.json", init="."), "args.json: field 'init' leads back to"),
+    (write("args.json", b'{"objective": "\xff"}'), "args.json: invalid UTF-8 at byte 15"),
+    (write("args.json", "{"), "args.json: not valid JSON"),
+    (write("args.json", "[1, 2]"), "args.json: not a JSON object"),
+    (write("tokenizer.json", "{}"), "tokenizer.json: field 'model' should be the BPE model, got null"),
+    (write("tokenizer.json", "[]"), "tokenizer.json: not a JSON object"),
+    (edit_json("tokenizer.json", model={"type": "BPE", "vocab": [], "merges": []}),
+     "tokenizer.json: field 'model.vocab' should map token strings to ids"),
+    (tokenizer_without_mask, "tokenizer.json: has no special token <|mask|>"),
+])
+def test_curves_name_the_damaged_file_of_a_run(data, tmp_path, monkeypatch, capsys, damage, words):
+    """tinydiff curves on a run folder with a damaged file: one line naming the file (and the
+    field, the line), exit status 1 (a ModelError), no picture; the undamaged folder draws."""
+    from tinydiff import cli
+    out = handmade_run(data, tmp_path / "run")
+    monkeypatch.chdir(out)                           # where an --init of "." is the run itself
+    assert cli.main(["curves", "-o", str(tmp_path / "ok.svg"), str(out)]) == 0
+    capsys.readouterr()
+    damage(out)
+    assert cli.main(["curves", "-o", str(tmp_path / "c.svg"), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tinydiff: error: {out}") and words in err and err.count("\n") == 1, err
+    assert not (tmp_path / "c.svg").exists()
+
+
+RUN_FLAGS = ("--objective", "ar", "--vocab-size", "300", "--dim", "32", "--layers", "2", "--heads", "4",
+             "--seq-len", "32", "--batch", "4", "--eval-tokens", "512")
+
+
+@pytest.mark.parametrize("extra,words", [
+    (("--vocab-size", "0"), "--vocab-size 0 leaves no room for the 256 bytes and the 2 special tokens"),
+    (("--vocab-size", "10"), "--vocab-size 10 leaves no room for the 256 bytes"),
+    (("--seed", "-1"), "--seed must be from 0 to 2**32 - 1, got -1"),
+    (("--seed", str(2**32)), "--seed must be from 0 to 2**32 - 1"),
+    (("--lr", "inf"), "--lr must be positive and finite, got inf"),
+    (("--lr", "0"), "--lr must be positive and finite"),
+    (("--tokens", "inf"), "--tokens must be positive and finite"),
+    (("--weight-decay", "nan"), "--weight-decay must be 0 or more and finite, got nan"),
+    (("--weight-decay", "-1"), "--weight-decay must be 0 or more"),
+    (("--warmup", "-1"), "--warmup must be 0 or more, got -1"),
+    (("--checkpoint-minutes", "-1"), "--checkpoint-minutes must be 0 or more, got -1.0"),
+    (("--checkpoint-minutes", "nan"), "--checkpoint-minutes must be 0 or more, got nan"),
+    (("--stop-after", "-1"), "--stop-after must be 0 or more, got -1"),
+    (("--threads", "0"), "--threads must be between 1 and"),
+    (("--threads", "100000"), "--threads must be between 1 and"),
+    (("--block-size", "0"), "--block-size is a setting of the block objective; ar has no blocks"),
+    (("--block-size", "8"), "--block-size is a setting of the block objective; ar has no blocks"),
+    (("--objective", "mdm", "--block-size", "4"), "--block-size is a setting of the block objective; mdm has"),
+    (("--objective", "block", "--block-size", "0"), "--block-size must be positive, got 0"),
+    (("--objective", "block", "--block-size", "5"), "--block-size 5 must divide --seq-len 32"),
+    (("--dim", "0"), "--dim must be positive"),
+    (("--heads", "3"), "--dim 32 must split into --heads 3 heads of even size"),
+])
+def test_bad_train_flags_are_refused_before_the_run_folder_is_made(data, tmp_path, monkeypatch, capsys, extra,
+                                                                   words):
+    """Each a one-line UsageError (exit 2) before torch is imported (here it cannot be) and before
+    --out is made, so the corrected command runs in the same folder."""
+    from tinydiff import cli
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)      # makes `import torch` fail
+    out = tmp_path / "run"
+    assert cli.main(["train", "--data", data[0], "--val", data[1], "--out", str(out), *RUN_FLAGS, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tinydiff: error: ") and words in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_a_refused_force_keeps_the_old_run(data, tmp_path, monkeypatch):
+    """--force clears the old run's files only once the new flags pass."""
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "args.json").write_text("{}")
+    with pytest.raises(UsageError, match="--lr must be positive"):
+        run(data, out, "--force", "--lr", "inf")
+    with pytest.raises(UsageError, match="--dim must be positive"):
+        run(data, out, "--force", "--dim", "0")
+    assert (out / "args.json").read_text() == "{}"
+
+
+def test_block_size_defaults_to_8_for_the_block_objective_only(data, tmp_path):
+    p = __import__("argparse").ArgumentParser()
+    train.add_train_arguments(p)
+    base = ["--data", data[0], "--val", data[1], "--out", str(tmp_path / "run")]
+    assert train.settle_settings(p.parse_args([*base, "--objective", "block"])).block_size == 8
+    assert train.settle_settings(p.parse_args([*base, "--objective", "ar"])).block_size is None
+    assert not (tmp_path / "run").exists()
+
+
+def test_init_with_a_bad_config_is_one_line(data, tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"hidden_size": "x", "num_hidden_layers": 2}))
+    with pytest.raises(UsageError, match="field 'hidden_size' should be a positive whole number, got 'x'"):
+        run(data, tmp_path / "run", "--init", str(tmp_path / "m"))
+    assert not (tmp_path / "run").exists()
+
+
 def test_block_size_must_divide_the_sequence(data, tmp_path):
     pytest.importorskip("torch")
     with pytest.raises(UsageError, match="--block-size 5 must divide --seq-len 32"):

@@ -70,7 +70,7 @@ import time
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import ModelError, UsageError, is_integer
 from ..formats import bpe
 from . import corpus
 
@@ -128,7 +128,8 @@ def add_train_arguments(p):
     p.add_argument("--export-dtype", choices=["bf16", "f16", "f32"], default="bf16",
                    help="storage of the exported weights (default bf16)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--block-size", type=int, default=8, help="block objective: positions per block (default 8)")
+    p.add_argument("--block-size", type=int,
+                   help="block objective: positions per block (default 8; refused with the other objectives)")
     p.add_argument("--shift-logits", action="store_true",
                    help="mdm: row i predicts position i+1 (Dream's convention, an AR model's: the way to "
                         "start a masked-diffusion model from an AR one with --init)")
@@ -151,24 +152,57 @@ RUN_KEYS = ("objective", "data", "val", "vocab_size", "dim", "layers", "heads", 
 
 def prepare_folder(args):
     """Creates OUT, or checks it for --resume / clears our files for --force. Returns the run's settings."""
+    return make_folder(settle_settings(args))
+
+
+def settle_settings(args):
+    """The run's settings, checked, with nothing written yet: on --resume those of OUT/args.json,
+    else the flags (the shape taken from --init, the defaults that depend on others filled in).
+    A new run into an OUT that holds files is refused here unless --force."""
     out = args.out
     if args.resume:
         if not os.path.exists(os.path.join(out, "checkpoint.pt")):
             raise UsageError(f"{out}: no checkpoint.pt to resume from")
-        with open(os.path.join(out, "args.json"), encoding="utf-8") as f:
-            saved = json.load(f)
-        print(f"resume: the run's settings come from {os.path.join(out, 'args.json')}", file=sys.stderr)
+        path = os.path.join(out, "args.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{path}: cannot read ({e})") from None
+        if not isinstance(saved, dict):
+            raise ModelError(f"{path}: not a JSON object")
+        print(f"resume: the run's settings come from {path}", file=sys.stderr)
         defaults = _defaults()
         for k in RUN_KEYS:
             given, was = getattr(args, k), saved.get(k, defaults[k])
             if given != defaults[k] and given != was:
                 raise UsageError(f"--resume: --{k.replace('_', '-')} {given} differs from the run's {was} "
-                                 f"({os.path.join(out, 'args.json')}); leave it out, or start a new run")
+                                 f"({path}); leave it out, or start a new run")
             setattr(args, k, was)
         return args
-    if os.path.exists(out) and os.listdir(out):
-        if not args.force:
-            raise UsageError(f"{out}: already exists (use --resume to continue it, --force to start afresh)")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"{out}: not a folder")
+    if os.path.exists(out) and os.listdir(out) and not args.force:
+        raise UsageError(f"{out}: already exists (use --resume to continue it, --force to start afresh)")
+    if args.init:
+        _take_shape_from(args, args.init)
+    if args.kv_heads is None:
+        args.kv_heads = args.heads
+    if args.hidden is None:
+        args.hidden = -(-8 * args.dim // 3 // 32) * 32
+    if args.block_size is None and args.objective == "block":
+        args.block_size = 8
+    _check_shape(args)
+    return args
+
+
+def make_folder(args):
+    """OUT for the settled settings: created (our files in it cleared for --force) with its
+    args.json; on --resume, left as it is."""
+    out = args.out
+    if args.resume:
+        return args
+    if args.force and os.path.isdir(out):
         for name in STATE_FILES:
             path = os.path.join(out, name)
             if os.path.isdir(path):
@@ -176,13 +210,6 @@ def prepare_folder(args):
             elif os.path.exists(path):
                 os.remove(path)
     os.makedirs(out, exist_ok=True)
-    if args.init:
-        _take_shape_from(args, args.init)
-    if args.kv_heads is None:
-        args.kv_heads = args.heads
-    if args.hidden is None:
-        args.hidden = -(-8 * args.dim // 3 // 32) * 32
-    _check_shape(args)
     with open(os.path.join(out, "args.json"), "w", encoding="utf-8") as f:
         json.dump({k: getattr(args, k) for k in RUN_KEYS}, f, indent=1)
     return args
@@ -205,6 +232,34 @@ def check_regularisers(args):
                          "sequence ends")
     if args.input_mask and args.objective != "ar":
         raise UsageError(f"--input-mask is a regulariser of the ar objective; {args.objective} masks its inputs itself")
+    if args.block_size is not None and args.objective not in (None, "block"):
+        raise UsageError(f"--block-size is a setting of the block objective; {args.objective} has no blocks")
+
+
+def check_run_flags(args):
+    """The numbers that steer the run (tokenizer size, optimizer, schedule, checkpoints, threads),
+    checked before torch is imported and before OUT is made."""
+    if args.vocab_size < 256 + 2:
+        raise UsageError(f"--vocab-size {args.vocab_size} leaves no room for the 256 bytes and the 2 special "
+                         f"tokens (258 at least)")
+    if not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed must be from 0 to 2**32 - 1, got {args.seed}")
+    for k in ("lr", "tokens"):
+        if not 0 < getattr(args, k) < math.inf:
+            raise UsageError(f"--{k} must be positive and finite, got {getattr(args, k)}")
+    if not 0 <= args.weight_decay < math.inf:
+        raise UsageError(f"--weight-decay must be 0 or more and finite, got {args.weight_decay}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
+    if not args.checkpoint_minutes >= 0:
+        raise UsageError(f"--checkpoint-minutes must be 0 or more, got {args.checkpoint_minutes}")
+    if args.stop_after is not None and args.stop_after < 0:
+        raise UsageError(f"--stop-after must be 0 or more, got {args.stop_after}")
+    if args.block_size is not None and args.block_size < 1:
+        raise UsageError(f"--block-size must be positive, got {args.block_size}")
+    if args.threads is not None:                      # the rule of the other subcommands' --threads
+        from ..engine.kernels import check_threads
+        check_threads(args.threads, "--threads")
 
 
 def _defaults():
@@ -227,22 +282,28 @@ def _check_shape(args):
         raise UsageError(f"--short-len {args.short_len} must divide --seq-len {args.seq_len}")
     if args.heads % args.kv_heads:
         raise UsageError(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
-    if not args.lr > 0 or not args.tokens > 0:
-        raise UsageError("--lr and --tokens must be positive")
     if args.objective == "block" and (args.block_size < 1 or args.seq_len % args.block_size):
         raise UsageError(f"--block-size {args.block_size} must divide --seq-len {args.seq_len}")
 
 
 def _take_shape_from(args, folder):
     """--init: the model's shape and tokenizer are those of the folder it starts from."""
+    path = os.path.join(folder, "config.json")
     try:
-        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
     except (OSError, ValueError) as e:
         raise UsageError(f"--init {folder}: cannot read config.json ({e})") from None
-    args.dim, args.layers, args.heads = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
-    args.kv_heads, args.hidden = cfg.get("num_key_value_heads", args.heads), cfg["intermediate_size"]
-    args.vocab_size = cfg["vocab_size"]
+    if not isinstance(cfg, dict):
+        raise UsageError(f"--init {folder}: config.json is not a JSON object")
+    if cfg.get("num_key_value_heads") is None:                  # no GQA: as many as the query heads
+        cfg = dict(cfg, num_key_value_heads=cfg.get("num_attention_heads"))
+    keys = {"dim": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+            "kv_heads": "num_key_value_heads", "hidden": "intermediate_size", "vocab_size": "vocab_size"}
+    for ours, key in keys.items():
+        if not is_integer(cfg.get(key)) or cfg[key] <= 0:
+            raise UsageError(f"--init {path}: field '{key}' should be a positive whole number, got {cfg.get(key)!r}")
+        setattr(args, ours, cfg[key])
     args.tokenizer = args.tokenizer or os.path.join(folder, "tokenizer.json")
 
 
@@ -270,13 +331,43 @@ def prepare_tokenizer(args, stories):
 
 def _check_tokenizer(obj, where):
     """The trainer encodes with bpe.BPE, which knows only the layout train_bpe writes."""
-    model, pre = obj.get("model") or {}, obj.get("pre_tokenizer") or {}
-    if model.get("type") != "BPE" or pre.get("type") != "ByteLevel" or obj.get("normalizer") is not None:
-        raise UsageError(f"{where}: not a byte-level BPE tokenizer without normalizer (as tinydiff train writes)")
-    specials = {t["content"] for t in obj.get("added_tokens", [])}
+    problem = tokenizer_problem(obj)
+    if problem:
+        raise UsageError(f"{where}: {problem}")
+
+
+def tokenizer_problem(obj):
+    """What keeps bpe.BPE from encoding and decoding with the tokenizer.json dict `obj` as
+    train_bpe writes it (byte-level BPE, <|endoftext|> and <|mask|> among its special tokens), in
+    words; None when nothing does."""
+    if not isinstance(obj, dict):
+        return "not a JSON object"
+    model, pre = obj.get("model"), obj.get("pre_tokenizer")
+    if not isinstance(model, dict):
+        return f"field 'model' should be the BPE model, got {json.dumps(model)[:40]}"
+    if not (model.get("type") == "BPE" and isinstance(pre, dict)
+            and pre.get("type") == "ByteLevel" and obj.get("normalizer") is None):
+        return "not a byte-level BPE tokenizer without normalizer (as tinydiff train writes)"
+    vocab, merges, added = model.get("vocab"), model.get("merges"), obj.get("added_tokens", [])
+    if not isinstance(vocab, dict) or not all(is_integer(i) for i in vocab.values()):
+        return "field 'model.vocab' should map token strings to ids"
+    if not isinstance(added, list) or not all(isinstance(t, dict) and isinstance(t.get("content"), str)
+                                              and is_integer(t.get("id")) for t in added):
+        return "field 'added_tokens' should list the special tokens, each a content and an id"
+    specials = {t["content"]: t["id"] for t in added}
     for tok in (EOT, MASK):
         if tok not in specials:
-            raise UsageError(f"{where}: has no special token {tok}")
+            return f"has no special token {tok}"
+    if any(vocab.get(tok) != i for tok, i in specials.items()):
+        return "field 'added_tokens' gives a special token an id that is not its id in 'model.vocab'"
+    if any(c not in vocab for c in bpe.BYTE_CHAR.values()):
+        return "field 'model.vocab' lacks some of the 256 byte tokens"
+    if any(s not in specials and not all(c in bpe.CHAR_BYTE for c in s) for s in vocab):
+        return "field 'model.vocab' holds a token not spelled in byte-level characters"
+    pair = lambda m: isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m)  # noqa: E731
+    if not isinstance(merges, list) or not all(pair(m) and m[0] + m[1] in vocab for m in merges):
+        return "field 'model.merges' should list pairs of tokens whose join is in 'model.vocab'"
+    return None
 
 
 def prepare_data(args):
@@ -763,8 +854,10 @@ def import_torch():
 
 def run_train(args):
     check_regularisers(args)
+    check_run_flags(args)
+    args = settle_settings(args)       # every check that needs no torch, before OUT is made
     torch = import_torch()
-    args = prepare_folder(args)
+    make_folder(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
