@@ -21,6 +21,7 @@ read: one State serves one turn at a time.
 from .decoding.diffusion import to_the_end
 from .decoding.generate import decode_tokens, stream_text
 from .errors import UsageError, is_integer
+from .formats.chat_template import check_variables
 
 PREFILL_ROWS = 512   # rows per prefill pass of a turn (llama.cpp's default micro-batch)
 DEFAULT_CTX = 4096   # positions a chat takes unless told (llama-cli's default -c): a Llama 3 model's
@@ -33,7 +34,9 @@ class Chat:
     variables: extra template variables (date_string, ...)."""
 
     def __init__(self, model, system=None, n_ctx=None, **variables):
-        self.model, self.system, self.variables = model, system, variables
+        if not hasattr(model, "chat_ids"):
+            raise UsageError(f"Chat takes a tinydiff Model (tinydiff.load(...)), got {type(model).__name__}")
+        self.model, self.system, self.variables = model, system, check_variables(variables)
         limit = model.config.max_position_embeddings
         if n_ctx is not None and not (is_integer(n_ctx) and 1 <= n_ctx <= limit):
             raise UsageError(f"the chat's context must be an integer in 1..{limit} (the model's), got {n_ctx!r}")
@@ -57,6 +60,9 @@ class Chat:
         check is made here, before the first piece is asked for; self.ids is then the rendered
         conversation the answer follows."""
         self._end_turn()   # an answer still being read ends here: two turns never share the cache
+        if on_step is not None and (self.model.config.causal or not callable(on_step)):
+            raise UsageError("on_step is a function called after each denoising step, for a masked-diffusion "
+                             "model (an autoregressive one has no steps)")
         if not is_integer(max_new_tokens) or max_new_tokens < 1:
             raise UsageError(f"the number of tokens to generate must be an integer >= 1, got {max_new_tokens!r}")
         messages = self.messages + [{"role": "user", "content": text}]

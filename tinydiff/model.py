@@ -16,7 +16,7 @@ import numpy as np
 
 from .decoding import diffusion
 from .decoding.diffusion import Options
-from .decoding.generate import decode_batch, decode_tokens, stream_text
+from .decoding.generate import Timings, decode_batch, decode_tokens, stream_text
 from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
@@ -26,7 +26,7 @@ from .engine.transformer import Transformer
 from .engine.weights import load_weights
 from .errors import ModelError, UsageError, is_integer
 from .formats import quant
-from .formats.chat_template import load_chat_template
+from .formats.chat_template import check_variables, load_chat_template
 from .formats.safetensors import load_checkpoint
 from .formats.tokenizer import Tokenizer
 
@@ -110,6 +110,19 @@ def _is_text_batch(prompt):
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(isinstance(p, str) for p in prompt)
 
 
+def _stop_strings(stop):
+    """stop (None, a string or a list of them) as None or a list, checked."""
+    stop = [stop] if isinstance(stop, str) else stop
+    if stop is not None and not (isinstance(stop, (list, tuple)) and all(isinstance(s, str) for s in stop)):
+        raise UsageError(f"stop must be a string or a list of strings, got {stop!r}")
+    return stop
+
+
+def _check_on_step(on_step):
+    if on_step is not None and not callable(on_step):
+        raise UsageError(f"on_step must be a function (step, canvas_ids, committed), got {type(on_step).__name__}")
+
+
 def _per_prompt(value, n, name):
     """One value per prompt of a batch of n: a list of n as it is, anything else n times."""
     if isinstance(value, (list, tuple)):
@@ -168,16 +181,21 @@ class Model:
 
     def _ids(self, ids):
         """ids as int64 [n]: a non-empty flat sequence of token ids in the vocabulary."""
-        if isinstance(ids, (str, bytes)):
+        if isinstance(ids, (str, bytes, bytearray)):
             raise UsageError("expected token ids, got a string (use the text form of this call)")
+        if isinstance(ids, (dict, set, frozenset)):
+            raise UsageError(f"expected a sequence of token ids, got a {type(ids).__name__} (no order)")
         try:
-            ids = np.asarray(list(ids))
+            ids = list(ids)
         except TypeError:
             raise UsageError(f"expected a list of token ids, got {type(ids).__name__}") from None
-        if ids.size == 0:
+        if not ids:
             raise UsageError("the prompt is empty")
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        if not all(is_integer(i) for i in ids):     # (bools too: True is no token)
             raise UsageError("token ids must be a flat list of integers")
+        ids = np.asarray(ids)
+        if ids.dtype.kind not in "iu":              # past int64 and uint64 (2**64): objects
+            raise UsageError("token ids must be a flat list of integers in int64's range")
         V = self.config.vocab_size
         bad = ids[(ids < 0) | (ids >= V)]
         if bad.size:
@@ -209,6 +227,8 @@ class Model:
     def _fit_prompt(self, ids, max_new_tokens, truncate):
         """The prompt ids that fit the context with room for max_new_tokens, or a clear error."""
         n_ctx = self.config.max_position_embeddings
+        if not isinstance(truncate, bool):
+            raise UsageError(f"truncate must be True or False, got {truncate!r}")
         if not is_integer(max_new_tokens):
             raise UsageError(f"the number of tokens to generate must be an integer, got {max_new_tokens!r}")
         if max_new_tokens < 1:
@@ -266,6 +286,7 @@ class Model:
 
     def text(self, ids):
         """The text of generated ids, up to the first EOS."""
+        ids = self._ids(ids).tolist() if len(ids) else []                # (checked: in the vocabulary)
         end = next((i for i, t in enumerate(ids) if t in self.stop_ids), len(ids))
         return self._tokenizer().text(ids[:end])
 
@@ -302,6 +323,8 @@ class Model:
                              "attention): generate with denoise() or --mode diffusion")
         params = self.sampling_params(**sampling)
         ids = self._fit_prompt(self._ids(ids).tolist(), max_new_tokens, truncate)
+        if timings is not None and not isinstance(timings, Timings):
+            raise UsageError(f"timings must be a decoding.generate.Timings, got {type(timings).__name__}")
         return decode_tokens(self.transformer, ids, max_new_tokens, params, self.stop_ids, timings)
 
     def sampling_params(self, **sampling):
@@ -335,9 +358,7 @@ class Model:
     def stream(self, prompt, max_new_tokens=128, stop=None, **sampling):
         """Yields the completion as text pieces while it is generated. stop: a string or a list of
         them; the completion ends before the first one."""
-        stop = [stop] if isinstance(stop, str) else stop
-        if stop is not None and not (isinstance(stop, (list, tuple)) and all(isinstance(s, str) for s in stop)):
-            raise UsageError(f"stop must be a string or a list of strings, got {stop!r}")
+        stop = _stop_strings(stop)
         tokens = self.generate_tokens(self.encode_prompt(prompt), max_new_tokens, **sampling)
         return stream_text(self.tokenizer, tokens, self.stop_ids, stop)
 
@@ -346,7 +367,7 @@ class Model:
         is decoded as one batch (generate_ids) and gives a list of completions."""
         if not _is_text_batch(prompt):
             return "".join(self.stream(prompt, max_new_tokens, stop, **sampling))
-        stop = [stop] if isinstance(stop, str) else stop
+        stop = _stop_strings(stop)                                      # before the batch runs
         new = self.generate_ids([self.encode_prompt(p) for p in prompt], max_new_tokens, **sampling)
         return ["".join(stream_text(self.tokenizer, ids, self.stop_ids, stop)) for ids in new]
 
@@ -376,6 +397,7 @@ class Model:
 
     def denoise_result(self, ids, gen_length=128, *, on_step=None, fixed=None, **options):
         """The diffusion.Denoised of a run, calling on_step(step, canvas_ids, committed_mask) after each step."""
+        _check_on_step(on_step)
         return diffusion.to_the_end(self.denoise_steps(ids, gen_length, fixed, **options), on_step)
 
     def denoise_ids(self, ids, gen_length=128, *, on_step=None, **options):
@@ -420,6 +442,9 @@ class Model:
     def infill(self, text, *, on_step=None, **options):
         """Fills the [MASK] / [MASK*N] holes of text (or the mask ids of a list of ids); every given
         token stays as it is. Returns the whole text (or ids). eos defaults to "suppress"."""
+        for name in ("gen_length", "fixed"):             # the holes say both
+            if name in options:
+                raise UsageError(f"infill takes no {name}: the text's [MASK] holes are what is generated")
         options.setdefault("eos", "suppress")
         if not isinstance(text, str):
             ids = self._ids(text)
@@ -450,7 +475,7 @@ class Model:
         """The assistant's answer to the conversation: generated (options: sampling) or, for a
         masked-diffusion model, denoised on max_new_tokens positions (options: denoising).
         variables: extra template variables ({"date_string": "26 Jul 2024"}, ...)."""
-        ids = self.chat_ids(messages, **(variables or {}))
+        ids = self.chat_ids(messages, **check_variables(variables or {}))
         if self.config.causal:
             return "".join(stream_text(self.tokenizer, self.generate_tokens(ids, max_new_tokens, **options),
                                        self.stop_ids, None))

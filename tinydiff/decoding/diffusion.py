@@ -103,6 +103,7 @@ from ..engine import kernels as K
 from ..engine.masks import BIDIRECTIONAL, CAUSAL
 from ..engine.transformer import canvas_pass, canvas_rows, source_rows
 from ..errors import UsageError, check_all, from_keywords, is_integer, is_number
+from ..formats.files import show
 from .sampling import penalize_near, restrict
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
@@ -550,7 +551,7 @@ def _predict(logits, o, rng, banned, todo, canvas, known):
         z[:, banned] = -np.inf
         penalize_near(z, todo[rows], canvas, known, o.repeat_penalty, o.repeat_last_n)
         top, first, total, h = K.softmax_stats(z, entropy=need_h)    # p = e^(z - top) / total  [c] each
-        tok = first if o.temperature == 0 else K.gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature,
+        tok = first if _greedy(top, o.temperature) else K.gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature,
                                                             rng.random(out=u_rows[:len(z)]))  # rng.gumbel's
         if need_h:
             entropy[rows] = np.log(total) - h / total                # -sum p log p
@@ -571,12 +572,19 @@ def _confidence(remasking, z, top, total, tok, h, rng):
     return rng.random(len(tok))
 
 
+def _greedy(scores, temperature):
+    """Temperature 0 (or None: alg_temp's off), or one so small that scores / temperature overflow (1e-310: inf for most, and
+    argmax(inf + noise) the first of them, not the best): the limit, the argmax, either way."""
+    with np.errstate(over="ignore"):
+        return not temperature or not np.isfinite(np.abs(scores).max() / temperature)
+
+
 def _choose(o, conf, entropy, count, rng):
     """Indices (into the m candidates) to commit: `count` of them, or as many as the adaptive rule takes."""
     m = len(conf)
     if count is not None:
         # alg_temp: Gumbel top-k, i.e. draws from softmax(conf / alg_temp) without replacement
-        keys = conf / o.alg_temp + rng.gumbel(size=m) if o.alg_temp else conf
+        keys = conf if _greedy(conf, o.alg_temp) else conf / o.alg_temp + rng.gumbel(size=m)
         return np.argsort(-keys, kind="stable")[:count]                         # ties: leftmost first
     if o.entropy_bound is not None:
         order = np.argsort(entropy, kind="stable")
@@ -593,6 +601,7 @@ def _choose(o, conf, entropy, count, rng):
 def _apart(chosen, positions, gap, L):
     """The indices of `chosen` (in order of preference) whose canvas positions (positions[i]) are more
     than gap from every one kept before them; the first is always kept."""
+    gap = min(gap, L)                                               # wider keeps one a step all the same
     blocked, keep = np.zeros(L + 2 * gap, bool), []                 # blocked[p + gap]: position p is too near
     for i in chosen:
         p = int(positions[i]) + gap
@@ -615,11 +624,13 @@ def parse_holes(tokenizer, text, mask_id, n_ctx):
         raise UsageError("the text to infill is empty")
     bad = re.search(r"\[MASK\*(?!\d+\])[^\]]*\]?", text)
     if bad:
-        raise UsageError(f"malformed hole {bad.group(0)!r} at character {bad.start()}: write [MASK] or [MASK*N]")
+        raise UsageError(f"malformed hole {show(bad.group(0))!r} at character {bad.start()}: write [MASK] or "
+                         "[MASK*N]")
     prefix, suffix = list(tokenizer.prefix_ids), list(tokenizer.suffix_ids)
     ids, at = list(prefix), 0
     for hole in HOLE.finditer(text):
-        n = 1 if hole.group(1) is None else int(hole.group(1))
+        digits = hole.group(1) or "1"
+        n = int(digits) if len(digits) <= 9 else n_ctx + 1        # (Python refuses to read 4300 digits)
         if n == 0:
             raise UsageError(f"empty hole {hole.group(0)} at character {hole.start()}: N must be >= 1")
         if len(ids) + n > n_ctx:

@@ -77,9 +77,9 @@ def get_threads():
 def check_threads(n, where="threads"):
     """n if it is a thread count for a model: an int from 1 to the machine's physical cores."""
     cores = physical_cores()
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cores:
+    if not is_integer(n) or not 1 <= n <= cores:
         raise UsageError(f"{where} must be between 1 and {cores} (this machine's cores), got {n!r}")
-    return n
+    return int(n)
 
 
 def threads_from_env():

@@ -20,6 +20,8 @@ import numbers
 
 import numpy as np
 
+from ..errors import UsageError
+
 __all__ = ["AttentionMask", "CAUSAL", "BIDIRECTIONAL", "block_causal"]
 
 
@@ -29,8 +31,8 @@ class AttentionMask:
 
     def __post_init__(self):
         b = 0 if self.block is None else self.block
-        if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 0:
-            raise ValueError(f"attention mask: block must be a whole number >= 0 (1 causal, 0 bidirectional), "
+        if isinstance(b, bool) or not isinstance(b, numbers.Integral) or not 0 <= b < 2**62:   # (C's int64)
+            raise UsageError(f"attention mask: block must be a whole number >= 0 (1 causal, 0 bidirectional), "
                              f"got {self.block!r}")
         object.__setattr__(self, "block", int(b))
 

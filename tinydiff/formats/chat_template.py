@@ -92,6 +92,16 @@ def check_messages(messages):
             raise UsageError(f"message {i}: content must be text (str), got {type(m['content']).__name__}")
 
 
+def check_variables(variables):
+    """Extra template variables: a dict whose names are not the conversation's own."""
+    if not isinstance(variables, dict):
+        raise UsageError(f"variables must be a dict of template variables, got {type(variables).__name__}")
+    clash = sorted({"messages", "add_generation_prompt"} & set(variables))
+    if clash:
+        raise UsageError(f"the template variable '{clash[0]}' is the conversation's own: give it another name")
+    return variables
+
+
 def _compile(source, where):
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)

@@ -1,0 +1,105 @@
+"""The Python API's bad input (a tester's findings): a UsageError naming what is wrong, never
+numpy's or Python's own exception from deep inside, never an argument silently ignored or read as
+something else."""
+import os
+
+import numpy as np
+import pytest
+
+import tinydiff
+from tinydiff.chat import Chat
+from tinydiff.decoding.diffusion import _apart
+from tinydiff.engine.masks import block_causal
+from tinydiff.errors import UsageError
+
+MODEL = os.path.join(os.path.dirname(__file__), "fixtures", "hf", "llama-gqa")
+
+
+@pytest.fixture(scope="module")
+def ar():
+    return tinydiff.load(MODEL)
+
+
+@pytest.fixture(scope="module")
+def mdm():
+    return tinydiff.load("stories5m-mdm")
+
+
+@pytest.mark.parametrize("ids", [[[1, 2], 3], [[1, 2], "ab"], iter([[1, 2], [4]]), [range(1, 3), range(4, 5)],
+                                 [1, True], [np.True_, 1], {1: 0, 2: 0}, {1, 2}, bytearray(b"ab")])
+def test_token_ids_that_are_not_a_flat_list_of_integers(ar, ids):
+    with pytest.raises(UsageError, match="token ids|sequence of token ids|got a string"):
+        ar.generate_ids(ids, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("kw, words", [(dict(truncate="no"), "truncate must be True or False"),
+                                       (dict(timings=5), "timings must be")])
+def test_generation_keywords_of_the_wrong_kind(ar, kw, words):
+    with pytest.raises(UsageError, match=words):
+        ar.generate_ids([1, 2], max_new_tokens=2, **kw)
+
+
+@pytest.mark.parametrize("stop", [5, [5]])
+def test_a_batch_checks_its_stop_strings_before_it_runs(ar, stop):
+    with pytest.raises(UsageError, match="stop must be a string or a list of strings"):
+        ar.generate(["Once", "The"], 2, stop=stop)
+
+
+def test_text_takes_ids_of_the_vocabulary(ar):
+    for ids in ([1.5], "abc", [99999]):
+        with pytest.raises(UsageError):
+            ar.text(ids)
+    assert ar.text([]) == ""
+
+
+def test_diffusion_callbacks_and_options_nothing_reads(mdm):
+    with pytest.raises(UsageError, match="on_step must be a function"):
+        mdm.denoise("Once", gen_length=8, steps=4, on_step=5)
+    for kw in (dict(gen_length=50), dict(fixed=[True])):
+        with pytest.raises(UsageError, match="infill takes no"):
+            mdm.infill("The [MASK*3] sat on the mat.", **kw)
+
+
+def test_a_hole_count_too_long_to_read_and_a_long_malformed_hole(mdm):
+    with pytest.raises(UsageError, match="exceed the context"):
+        mdm.infill("a [MASK*" + "9" * 5000 + "]")
+    with pytest.raises(UsageError, match="malformed hole") as e:
+        mdm.infill("[MASK*1" + "1" * 100000)
+    assert len(str(e.value)) < 400
+
+
+def test_a_gap_wider_than_the_canvas_is_the_canvas():
+    """gap=10**15 allocated a mask sized by the gap (a MemoryError); any gap past the canvas keeps
+    the first pick alone, as the canvas's width does."""
+    chosen, positions = np.array([2, 0, 1]), np.array([3, 5, 9])
+    assert _apart(chosen, positions, 10**15, 12).tolist() == _apart(chosen, positions, 12, 12).tolist() == [2]
+
+
+def test_a_temperature_too_small_to_divide_by_is_greedy(mdm):
+    """1e-310 sent every score to inf and argmax(inf + noise) to the first token id; the limit of a
+    vanishing temperature is the argmax, and that is what it gives."""
+    greedy = mdm.denoise_ids([1, 2, 3], gen_length=8, steps=4, temperature=0)
+    assert mdm.denoise_ids([1, 2, 3], gen_length=8, steps=4, temperature=1e-310, seed=0) == greedy
+    plain = mdm.denoise_ids([1, 2, 3], gen_length=8, steps=4)
+    assert mdm.denoise_ids([1, 2, 3], gen_length=8, steps=4, alg_temp=1e-310, seed=0) == plain
+
+
+def test_a_mask_block_out_of_range():
+    for b in (-1, 10**20, 1.5, True):
+        with pytest.raises(UsageError, match="block must be a whole number"):
+            block_causal(b)
+
+
+def test_chat_arguments(ar):
+    with pytest.raises(UsageError, match="Chat takes a tinydiff Model"):
+        Chat("stories5m-ar")
+    with pytest.raises(UsageError, match="variables must be a dict"):
+        ar.chat([{"role": "user", "content": "Hi"}], 4, variables=5)
+    with pytest.raises(UsageError, match="'messages' is the conversation's own"):
+        ar.chat([{"role": "user", "content": "Hi"}], 4, variables={"messages": []})
+    with pytest.raises(UsageError, match="'messages' is the conversation's own"):
+        Chat(ar, messages=1)
+
+
+def test_threads_as_numpy_integers():
+    assert tinydiff.load(MODEL, threads=np.int64(1)).pool.threads == 1
