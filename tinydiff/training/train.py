@@ -164,13 +164,7 @@ def settle_settings(args):
         if not os.path.exists(os.path.join(out, "checkpoint.pt")):
             raise UsageError(f"{out}: no checkpoint.pt to resume from")
         path = os.path.join(out, "args.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{path}: cannot read ({e})") from None
-        if not isinstance(saved, dict):
-            raise ModelError(f"{path}: not a JSON object")
+        saved = _json_object(path, ModelError, path)
         print(f"resume: the run's settings come from {path}", file=sys.stderr)
         defaults = _defaults()
         for k in RUN_KEYS:
@@ -286,16 +280,22 @@ def _check_shape(args):
         raise UsageError(f"--block-size {args.block_size} must divide --seq-len {args.seq_len}")
 
 
+def _json_object(path, error, what):
+    """The JSON object in the file at path; else error(f"{what}: ...") in one line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError) as e:
+        raise error(f"{what}: cannot read ({e})") from None
+    if not isinstance(obj, dict):
+        raise error(f"{what}: not a JSON object")
+    return obj
+
+
 def _take_shape_from(args, folder):
     """--init: the model's shape and tokenizer are those of the folder it starts from."""
     path = os.path.join(folder, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"--init {folder}: cannot read config.json ({e})") from None
-    if not isinstance(cfg, dict):
-        raise UsageError(f"--init {folder}: config.json is not a JSON object")
+    cfg = _json_object(path, UsageError, f"--init {path}")
     if cfg.get("num_key_value_heads") is None:                  # no GQA: as many as the query heads
         cfg = dict(cfg, num_key_value_heads=cfg.get("num_attention_heads"))
     keys = {"dim": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
