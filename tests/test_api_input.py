@@ -84,6 +84,16 @@ def test_a_temperature_too_small_to_divide_by_is_greedy(mdm):
     assert mdm.denoise_ids([1, 2, 3], gen_length=8, steps=4, alg_temp=1e-310, seed=0) == plain
 
 
+def test_a_hole_count_with_leading_zeros_and_an_infinite_temperature(mdm, ar):
+    assert mdm.infill("Once [MASK*0000000003] time") == mdm.infill("Once [MASK*3] time")
+    with pytest.raises(UsageError, match="empty hole"):
+        mdm.infill("Once [MASK*0000000000] time")
+    with pytest.raises(UsageError, match="temperature must be >= 0 and finite"):
+        ar.generate_ids([1, 2], 2, temperature=float("inf"))
+    with pytest.raises(UsageError, match="alg_temp must be >= 0 and finite"):
+        mdm.denoise_ids([1, 2], 8, steps=4, alg_temp=float("inf"))
+
+
 def test_a_mask_block_out_of_range():
     for b in (-1, 10**20, 1.5, True):
         with pytest.raises(UsageError, match="block must be a whole number"):

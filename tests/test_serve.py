@@ -180,6 +180,12 @@ def test_chat_completions_follow_the_template_and_stop_strings_cut(client):
     ("/v1/completions", b'{"prompt": "x", "steps": 4}', 400, "steps is not an option of an autoregressive model"),
     ("/v1/completions", b'{"prompt": "x", "stream": true, "stream_options": {"include_usage": "yes"}}', 400,
      "include_usage must be true or false"),
+    ("/v1/completions", b'{"prompt": "x", "temperature": 1e999}', 400, "1e999 is too large a number"),
+    ("/v1/completions", b"[" * 100000 + b"]" * 100000, 400, "nested too deeply"),
+    ("/v1/completions", b'{"prompt": "x", "presence_penalty": 1.5}', 400, "presence_penalty is not supported"),
+    ("/v1/completions", b'{"prompt": "x", "logit_bias": {"5": 10}}', 400, "logit_bias is not supported"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}',
+     400, "tools is not supported"),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_goes_on(client, path, body, status, words):
     c, _ = client
@@ -193,7 +199,9 @@ def test_openai_fields_kept_at_their_defaults_a_prompt_list_of_one_and_the_devel
     c, model = client
     want = model.generate("Once upon", 6, temperature=0)
     r = c.post("/v1/completions", **auth(prompt=["Once upon"], max_tokens=6, temperature=0, logprobs=None,
-                                         echo=False, best_of=1, suffix=None))
+                                         echo=False, best_of=1, suffix=None, presence_penalty=0,
+                                         frequency_penalty=0.0, logit_bias={}, steps=None,
+                                         stream_options=None))
     assert r.status_code == 200 and r.json()["choices"][0]["text"] == want
     system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     developer = [{**system[0], "role": "developer"}, system[1]]
@@ -210,6 +218,7 @@ def test_paths_methods_sizes_and_a_missing_template_are_openai_errors_too(client
                                  ("GET", "/v1/models/gpt-4", 404)]:
         r = c.request(method, path, headers=key)
         assert r.status_code == status and set(r.json()["error"]) == {"message", "type", "param", "code"}
+        assert (status == 405) == ("allow" in r.headers)
     assert c.get("/v1/models/chat", headers=key).json()["id"] == "chat"
     r = c.post("/v1/completions", content=b'{"prompt": "' + b"x" * (2 << 20) + b'"}', headers=key)
     assert r.status_code == 413 and "over" in r.json()["error"]["message"]
@@ -325,6 +334,10 @@ def test_a_diffusion_server_past_its_queue_is_busy(tmp_path, monkeypatch):
         go.set()
         assert first.result().status_code == second.result().status_code == 200
         assert c.post("/v1/completions", json=body).status_code == 200
+        for _ in range(200):                    # the worker's end reaches the counts just after the answer
+            if c.get("/health").json() == {"status": "ok", "slots": 1, "running": 0, "waiting": 0}:
+                break
+            time.sleep(0.01)
         assert c.get("/health").json() == {"status": "ok", "slots": 1, "running": 0, "waiting": 0}
 
 

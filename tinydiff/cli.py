@@ -372,7 +372,8 @@ def cmd_chat(args):
     # every flag checked before the first line is read, as generate checks them (a turn's errors are the text's)
     if mode == "diffusion":
         options = {**diffusion_options(args), **diffusion_sampling(args, seed)}
-        model.denoise_steps([0], args.n_predict, **options)    # checked, never run (a masked model's too)
+        probe = [1 if model.mask_id == 0 else 0]                # any id but the mask
+        model.denoise_steps(probe, args.n_predict, **options)  # checked, never run (a masked model's too)
     else:
         options = {**ar_sampling(args), "seed": seed}
         model.sampling_params(**options)
@@ -496,14 +497,14 @@ def cmd_bench(args):
     if unknown:
         raise UsageError(f"bench: unknown shape '{unknown[0]}' (known: {', '.join(SHAPES)})")
     types = _weight_types(args.type, "bench")
-    loaded = {path: load(path, threads=args.threads) for path in args.model or []}   # mapped: every check first
+    loaded = [(path, load(path, threads=args.threads)) for path in args.model or []]  # mapped: every check first
     shapes = args.shape or ([] if args.model else list(SHAPES))
-    for n_ctx in [m.config.max_position_embeddings for m in loaded.values()] + [
+    for n_ctx in [m.config.max_position_embeddings for _, m in loaded] + [
             shape_config(name).max_position_embeddings for name in shapes]:
         for spec in _bench_tests(args, n_ctx):
             check_fits(spec, n_ctx)
     roofline = None if args.no_roofline else _roofline(args.threads)
-    models = [(path, lambda p=path: loaded[p]) for path in loaded]
+    models = [(path, lambda m=model: m) for path, model in loaded]
     models += [(name, lambda n=name: random_model(n)) for name in shapes]
     results = []
     if not args.json:

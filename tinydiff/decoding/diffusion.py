@@ -197,8 +197,8 @@ class Options:
              f"block_length must be an integer >= 1, got {self.block_length!r}"),
             (self.block_size is None or is_integer(self.block_size) and self.block_size >= 1,
              f"block_size must be an integer >= 1, got {self.block_size!r}"),
-            (is_number(self.temperature) and self.temperature >= 0,
-             f"temperature must be >= 0, got {self.temperature!r}"),
+            (is_number(self.temperature) and 0 <= self.temperature < math.inf,
+             f"temperature must be >= 0 and finite, got {self.temperature!r}"),
             (is_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
             (is_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}"),
             (is_number(self.repeat_penalty) and 0 < self.repeat_penalty < float("inf"),
@@ -213,8 +213,8 @@ class Options:
              f"entropy_bound must be >= 0 and finite, got {self.entropy_bound!r}"),
             (is_integer(self.gap) and self.gap >= 0, f"gap must be an integer >= 0, got {self.gap!r}"),
             (is_number(self.eps) and 0 < self.eps < 1, f"eps must be in (0, 1), got {self.eps!r}"),
-            (self.alg_temp is None or is_number(self.alg_temp) and self.alg_temp >= 0,
-             f"alg_temp must be >= 0, got {self.alg_temp!r}"),
+            (self.alg_temp is None or is_number(self.alg_temp) and 0 <= self.alg_temp < math.inf,
+             f"alg_temp must be >= 0 and finite, got {self.alg_temp!r}"),
             (is_number(self.cfg_scale) and 0 <= self.cfg_scale < math.inf,
              f"cfg_scale must be >= 0 and finite, got {self.cfg_scale!r}"),
             (self.seed is None or is_integer(self.seed) and self.seed >= 0,
@@ -624,12 +624,12 @@ def parse_holes(tokenizer, text, mask_id, n_ctx):
         raise UsageError("the text to infill is empty")
     bad = re.search(r"\[MASK\*(?!\d+\])[^\]]*\]?", text)
     if bad:
-        raise UsageError(f"malformed hole {show(bad.group(0))!r} at character {bad.start()}: write [MASK] or "
+        raise UsageError(f"malformed hole {show(bad.group(0))} at character {bad.start()}: write [MASK] or "
                          "[MASK*N]")
     prefix, suffix = list(tokenizer.prefix_ids), list(tokenizer.suffix_ids)
     ids, at = list(prefix), 0
     for hole in HOLE.finditer(text):
-        digits = hole.group(1) or "1"
+        digits = (hole.group(1) or "1").lstrip("0") or "0"
         n = int(digits) if len(digits) <= 9 else n_ctx + 1        # (Python refuses to read 4300 digits)
         if n == 0:
             raise UsageError(f"empty hole {hole.group(0)} at character {hole.start()}: N must be >= 1")

@@ -33,8 +33,8 @@ class SamplingParams:
 
     def __post_init__(self):
         check_all([
-            (is_number(self.temperature) and self.temperature >= 0,
-             f"temperature must be >= 0, got {self.temperature!r}"),
+            (is_number(self.temperature) and 0 <= self.temperature < float("inf"),
+             f"temperature must be >= 0 and finite, got {self.temperature!r}"),
             (is_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
             (is_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}"),
             (is_number(self.min_p) and 0 <= self.min_p <= 1, f"min_p must be in [0, 1], got {self.min_p!r}"),

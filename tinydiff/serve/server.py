@@ -14,8 +14,9 @@ penalty), seed, stop (a string or a list of at most 16, each 1-512 characters), 
 and stream_options.include_usage. A prompt is a string, a list of one, or a list of token ids. A
 message's content is a string or a list of {"type": "text"} parts; "developer" is the system role
 under OpenAI's newer name. Fields this server cannot honour (logprobs, echo, suffix, best_of > 1,
-another kind of model's options: a diffusion field to an autoregressive model, min_p to a
-diffusion one) are a 400, never ignored.
+presence and frequency penalties, logit_bias, tools, response_format other than text; another kind
+of model's options: a diffusion field to an autoregressive model, min_p to a diffusion one) are a
+400, never ignored; their defaults (and null) pass.
 Streaming is server-sent events: `data: {chunk}` lines, then `data: [DONE]`. A diffusion model
 takes its denoising options as extra fields (steps, block_length, threshold, gap, remasking, cache, ...),
 runs one request at a time on a worker thread of its own (at most `queue` more wait: 503 past
@@ -63,7 +64,9 @@ SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "m
             "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n", "seed": "seed"}
 # OpenAI's fields this server cannot honour, and the value each may keep (anything else is a 400)
 UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
-               "best_of": (None, 1)}
+               "best_of": (None, 1), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+               "logit_bias": (None, {}), "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"),
+               "response_format": (None, {"type": "text"})}
 MAX_STOPS, MAX_STOP_CHARS = 16, 512   # each token checks every stop string: kept small
 MAX_BODY_BYTES = 1 << 20              # or 64 bytes a context position, if more
 
@@ -106,15 +109,17 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
             if len(raw) > max_body:
                 raise _too_large(max_body)
         try:
-            body = json.loads(raw, parse_constant=_no_constant)
+            body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
             raise ApiError(400, f"the request body is not JSON: {e}") from None
+        except RecursionError:
+            raise ApiError(400, "the request body is not JSON this server reads: nested too deeply") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         if body.get("model") not in (None, name):
             raise ApiError(404, f"the model '{body.get('model')}' does not exist; this server has '{name}'",
                            param="model", code="model_not_found")
-        for field in sorted(set(body) & foreign):
+        for field in sorted(k for k in set(body) & foreign if body[k] is not None):
             kind = "an autoregressive" if scheduler is not None else "a diffusion"
             raise ApiError(400, f"{field} is not an option of {kind} model", param=field)
         for field, allowed in UNSUPPORTED.items():
@@ -224,9 +229,9 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
         then its text as one piece."""
         options = {k: v for k, v in body.items() if k in DENOISING and v is not None}
         steps = model.denoise_steps(ids, max_tokens, **options)    # every check now, before any answer starts
-        if denoising["running"] + denoising["waiting"] > queue:   # one runs, `queue` wait
+        if denoising["running"] + denoising["waiting"] > queue:   # one runs, `queue` wait (counted as they
             raise ApiError(503, f"the server is busy: a request is denoising and {denoising['waiting']} wait",
-                           kind="server_error", code="busy")
+                           kind="server_error", code="busy")         # start: a few at once may pass together)
         show_steps = body.get("stream_steps") is True
         out, loop, gone = asyncio.Queue(), asyncio.get_running_loop(), threading.Event()
 
@@ -255,10 +260,9 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
         def finished(_):
             loop.call_soon_threadsafe(lambda: denoising.__setitem__("running", denoising["running"] - 1))
 
-        denoising["waiting"] += 1                                # counted with the work, which ends it
-        diffusion.submit(work).add_done_callback(finished)
-
         async def events():
+            denoising["waiting"] += 1                            # submitted when read: a client gone before
+            diffusion.submit(work).add_done_callback(finished)   # its first chunk costs no run
             try:
                 while (item := await out.get()) is not None:
                     if isinstance(item, Exception):
@@ -281,8 +285,10 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
         if isinstance(e, UsageError):
             return ApiError(400, str(e)).response()
         if isinstance(e, HTTPException):                  # starlette's own: no such path, a wrong method
-            return ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}",
-                            code="not_found" if e.status_code == 404 else None).response()
+            response = ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}",
+                                code="not_found" if e.status_code == 404 else None).response()
+            response.headers.update(e.headers or {})              # a 405's Allow
+            return response
         return ApiError(500, f"{type(e).__name__}: {e}", kind="server_error").response()
 
     routes = [Route("/health", health), Route("/v1/models", models), Route("/v1/models/{id:path}", one_model),
@@ -300,6 +306,14 @@ def _no_constant(word):
     raise ValueError(f"{word} is not a JSON number")
 
 
+def _finite(text):
+    """A JSON number as a float, refused where it overflows (1e999 would be inf)."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is too large a number")
+    return value
+
+
 def _stream_options(body):
     """(stream, stream_options) checked: a bool, and options (an object) only with stream."""
     stream, options = body.get("stream", False), body.get("stream_options")
@@ -308,7 +322,7 @@ def _stream_options(body):
     if options is not None and (not stream or not isinstance(options, dict)):
         raise ApiError(400, "stream_options must be an object, and is only allowed with stream: true",
                        param="stream_options")
-    if not isinstance((options or {}).get("include_usage", False), bool):
+    if not isinstance((options or {}).get("include_usage", False), (bool, type(None))):
         raise ApiError(400, "stream_options.include_usage must be true or false", param="stream_options")
     return stream, options or {}
 
