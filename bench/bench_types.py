@@ -30,8 +30,7 @@ TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0"]
 
 def per_run(model, spec, rng):
     """(flops, weight bytes) of one run of spec, from the ledger (timed runs go without one)."""
-    kind, n, steps = bench.parse_test(spec)
-    run = bench.prepare(model, kind, n, steps, rng)
+    run = bench.prepare(model, *bench.parse_test(spec), rng)
     with Ledger() as led:
         run()
     t = led.total()
@@ -39,8 +38,7 @@ def per_run(model, spec, rng):
 
 
 def time_run(model, spec, rng):
-    kind, n, steps = bench.parse_test(spec)
-    return bench.timed(bench.prepare(model, kind, n, steps, rng))[0]
+    return bench.timed(bench.prepare(model, *bench.parse_test(spec), rng))[0]
 
 
 def time_gemm(x, w, reps=3):

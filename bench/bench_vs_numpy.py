@@ -79,8 +79,7 @@ def main():
     for wtype in ("f32", "q8_0", "q4_0"):
         model = f32 if wtype == "f32" else random_model(args.shape, weight_type=wtype)
         for spec in (f"pp{n}", f"dd{n}x1"):
-            kind, size, steps = bench.parse_test(spec)
-            run = bench.prepare(model, kind, size, steps, rng)
+            run = bench.prepare(model, *bench.parse_test(spec), rng)
             with Ledger() as led:
                 run()
             rows.append((f"tinydiff {wtype} {spec} whole pass", led.total()["flops"], best_of(run, args.repeat)))
