@@ -201,7 +201,7 @@ class Options:
              f"temperature must be >= 0 and finite, got {self.temperature!r}"),
             (is_integer(self.top_k) and self.top_k >= 0, f"top_k must be an integer >= 0, got {self.top_k!r}"),
             (is_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}"),
-            (is_number(self.repeat_penalty) and 0 < self.repeat_penalty < float("inf"),
+            (is_number(self.repeat_penalty) and 0 < self.repeat_penalty < math.inf,
              f"repeat_penalty must be > 0 and finite, got {self.repeat_penalty!r}"),
             (is_integer(self.repeat_last_n) and self.repeat_last_n >= 0,
              f"repeat_last_n must be an integer >= 0, got {self.repeat_last_n!r}"),
@@ -573,8 +573,9 @@ def _confidence(remasking, z, top, total, tok, h, rng):
 
 
 def _greedy(scores, temperature):
-    """Temperature 0 (or None: alg_temp's off), or one so small that scores / temperature overflow (1e-310: inf for most, and
-    argmax(inf + noise) the first of them, not the best): the limit, the argmax, either way."""
+    """Temperature 0 (or None: alg_temp's off), or one so small that scores / temperature overflow
+    (1e-310: inf for most, and argmax(inf + noise) the first of them, not the best): the limit, the
+    argmax, either way."""
     with np.errstate(over="ignore"):
         return not temperature or not np.isfinite(np.abs(scores).max() / temperature)
 

@@ -94,10 +94,12 @@ def parse_test(spec):
 
 
 def check_fits(spec, n_ctx):
-    """A test's positions within a context of n_ctx (tg and bd read one more than they make)."""
-    kind, n, _, _ = parse_test(spec)
+    """parse_test(spec), its positions checked within a context of n_ctx (tg and bd read one more
+    than they make)."""
+    plan = kind, n, _, _ = parse_test(spec)
     if n + (kind in ("tg", "bd")) > n_ctx:
         raise UsageError(f"bench: {spec} exceeds a model's context of {n_ctx}")
+    return plan
 
 
 def prepare(model, kind, n, steps, block, rng):
@@ -146,9 +148,7 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
     against tg32) are measured side by side, not minutes apart."""
     from .roofline import predict_seconds
     rng = np.random.default_rng(seed)
-    plans = [parse_test(spec) for spec in tests]
-    for spec in tests:
-        check_fits(spec, model.config.max_position_embeddings)
+    plans = [check_fits(spec, model.config.max_position_embeddings) for spec in tests]
     prepare(model, "pp", 8, 1, 0, rng)()                                   # warm up: page weights in
     seconds, ledgers, tokens = [[] for _ in tests], [None] * len(tests), [0] * len(tests)
     for _ in range(repetitions):

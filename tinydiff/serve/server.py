@@ -117,8 +117,7 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         if body.get("model") not in (None, name):
-            raise ApiError(404, f"the model '{body.get('model')}' does not exist; this server has '{name}'",
-                           param="model", code="model_not_found")
+            raise no_such_model(body["model"])
         for field in sorted(k for k in set(body) & foreign if body[k] is not None):
             kind = "an autoregressive" if scheduler is not None else "a diffusion"
             raise ApiError(400, f"{field} is not an option of {kind} model", param=field)
@@ -134,6 +133,10 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
             "tokens_generated": scheduler.generated}
         return JSONResponse({"status": "ok", **busy})
 
+    def no_such_model(asked):
+        return ApiError(404, f"the model '{asked}' does not exist; this server has '{name}'", param="model",
+                        code="model_not_found")
+
     def model_card():
         return {"id": name, "object": "model", "created": 0, "owned_by": "tinydiff"}
 
@@ -144,8 +147,7 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
     async def one_model(request):
         check_key(request)
         if request.path_params["id"] != name:
-            raise ApiError(404, f"the model '{request.path_params['id']}' does not exist; this server has '{name}'",
-                           param="model", code="model_not_found")
+            raise no_such_model(request.path_params["id"])
         return JSONResponse(model_card())
 
     async def completions(request):

@@ -150,11 +150,6 @@ RUN_KEYS = ("objective", "data", "val", "vocab_size", "dim", "layers", "heads", 
             "eval_every", "eval_tokens", "precision", "export_dtype", "seed", "block_size", "init")
 
 
-def prepare_folder(args):
-    """Creates OUT, or checks it for --resume / clears our files for --force. Returns the run's settings."""
-    return make_folder(settle_settings(args))
-
-
 def settle_settings(args):
     """The run's settings, checked, with nothing written yet: on --resume those of OUT/args.json,
     else the flags (the shape taken from --init, the defaults that depend on others filled in).
@@ -364,8 +359,9 @@ def tokenizer_problem(obj):
         return "field 'model.vocab' lacks some of the 256 byte tokens"
     if any(s not in specials and not all(c in bpe.CHAR_BYTE for c in s) for s in vocab):
         return "field 'model.vocab' holds a token not spelled in byte-level characters"
-    pair = lambda m: isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m)  # noqa: E731
-    if not isinstance(merges, list) or not all(pair(m) and m[0] + m[1] in vocab for m in merges):
+    def merge(m):
+        return isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m) and m[0] + m[1] in vocab
+    if not isinstance(merges, list) or not all(merge(m) for m in merges):
         return "field 'model.merges' should list pairs of tokens whose join is in 'model.vocab'"
     return None
 
