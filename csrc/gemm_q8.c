@@ -10,10 +10,13 @@
    are exact; they are scaled by d_x * d_w into f32 accumulators. An MR x NR register tile of x
    rows by weight rows sweeps the panel as in matmul.c.
 
-   The panels are packed at every call (the weights stay as the file has them): 16 rows at a time
-   by a transpose in registers, about the time vec_dot takes to read the same weights, so from 4 x
-   rows the GEMM beats the few-rows tiles (SmolLM2-135M's matrices, one thread: 4 rows 152 us
-   against the tiles' 240; packed row by row it was 347). */
+   The panels are packed at every call: from rows as the file has them, 16 rows at a time by a
+   transpose in registers, about the time vec_dot takes to read the same weights, so from 4 x rows
+   the GEMM beats the few-rows tiles (SmolLM2-135M's matrices, one thread: 4 rows 152 us against
+   the tiles' 240; packed row by row it was 347); from Q8_0X8 and Q4_0X8 (quant.h), whose runs of
+   32 bytes are already 8 rows' lanes of 4 quants, by copying them (Q4_0X8's nibbles taken apart).
+   A tile's sums start from what y holds after the panels before it, so each is one chain of fmas
+   in block order: the X8 kernels' and x8_vec_dot_ref's result to the bit. */
 #include "quant.h"
 
 #if defined(__x86_64__)
@@ -34,10 +37,22 @@ struct gq {
     int32_t *start;        /* [n][nb] where each x block's int32 sums start: -offset * its quants' sum */
 };
 
-/* the bytes of one weight block */
+/* Q4_0 or Q4_0X8 (else Q8_0 or Q8_0X8) */
+static int q4_type(enum td_type type)
+{
+    return type == TD_Q4_0 || type == TD_Q4_0X8;
+}
+
+/* the bytes of one weight block (of a row; an X8 group's block is 8 of them) */
 static int64_t block_bytes(const struct gq *a)
 {
-    return a->type == TD_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+    return q4_type(a->type) ? sizeof(block_q4_0) : sizeof(block_q8_0);
+}
+
+/* rows interleaved by 8 (quant.h's X8 types) */
+static int x8_type(enum td_type type)
+{
+    return type == TD_Q8_0X8 || type == TD_Q4_0X8;
 }
 
 /* tasks [b, e) = x rows */
@@ -52,7 +67,7 @@ static void quantize_x(void *ctx, int64_t b, int64_t e)
             for (int q = 0; q < QK8_0; q++)
                 s += a->xq[j].qs[q];
             a->xd[j] = fp16_to_fp32(a->xq[j].d);
-            a->start[j] = -(a->type == TD_Q8_0 ? 128 : 8) * s;
+            a->start[j] = -(q4_type(a->type) ? 8 : 128) * s;
         }
     }
 }
@@ -147,25 +162,65 @@ TD_AVX512_VNNI static void pack16(const struct gq *a, int64_t j0, int64_t c0, in
     }
 }
 
-/* the panel of weight rows j0..j0+cols: whole 16-row halves by pack16, the rest by pack_rows */
+/* pack_rows from X8 groups (cols a multiple of 8): run h of a Q8_0X8 block is word h of its 8 rows,
+   lane = row, as the panel holds them; a Q4_0X8 run h holds words h (low nibbles) and h + 4 (high) */
+TD_AVX512_VNNI static void pack_x8(const struct gq *a, int64_t j0, int64_t cols, int64_t b0, int64_t nbk,
+                                   uint8_t *wq, float *wd)
+{
+    const int q4 = q4_type(a->type);
+    const int64_t bytes = 8 * block_bytes(a), group_bytes = a->nb * bytes;
+    const __m256i low = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t c = 0; c < NR; c += 8)
+        for (int64_t b = 0; b < nbk; b++) {
+            float *d = wd + b * NR + c;
+            uint8_t *q = wq + (b * 8 * NR + c) * 4; /* word g at q + g * NR * 4 */
+            if (c >= cols) {                         /* past the matrix: zero scales add nothing */
+                memset(d, 0, 8 * sizeof(float));
+                for (int g = 0; g < 8; g++)
+                    memset(q + g * NR * 4, 0, 32);
+                continue;
+            }
+            const char *blk = (const char *)a->w + (j0 + c) / 8 * group_bytes + (b0 + b) * bytes;
+            _mm256_store_ps(d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk))); /* d[8] */
+            for (int g = 0; g < (q4 ? 4 : 8); g++) {
+                const __m256i run = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
+                if (!q4) {
+                    _mm256_store_si256((__m256i *)(q + g * NR * 4), _mm256_xor_si256(run, x80));
+                    continue;
+                }
+                _mm256_store_si256((__m256i *)(q + g * NR * 4), _mm256_and_si256(run, low));
+                _mm256_store_si256((__m256i *)(q + (g + 4) * NR * 4), _mm256_and_si256(_mm256_srli_epi16(run, 4), low));
+            }
+        }
+}
+
+/* the panel of weight rows j0..j0+cols: whole 16-row halves by pack16, the rest by pack_rows; or
+   from X8 groups */
 TD_AVX512_VNNI static void pack_panel(const struct gq *a, int64_t j0, int64_t cols, int64_t b0, int64_t nbk,
                                       uint8_t *wq, float *wd)
 {
+    if (x8_type(a->type)) {
+        pack_x8(a, j0, cols, b0, nbk, wq, wd);
+        return;
+    }
     int64_t c = 0;
     for (; c + 16 <= cols; c += 16)
         pack16(a, j0, c, b0, nbk, wq, wd);
     pack_rows(a, j0, c, NR, cols, b0, nbk, wq, wd);
 }
 
-/* y[0:rows, 0:NR] (+)= x rows i.. times the packed panel (blocks b0..b0+nbk). Past `rows` the
-   tile repeats the last row (computed, not stored), so one compiled tile serves every edge. */
+/* y[0:rows, 0:NR] (+)= x rows i.. times the packed panel (blocks b0..b0+nbk), the sums continued
+   from y's (add). Past `rows` the tile repeats the last row (computed, not stored), so one compiled
+   tile serves every edge. */
 TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, int64_t b0, int64_t nbk,
                                    const uint8_t *wq, const float *wd, float *y, int64_t ldy, int add)
 {
     __m512 acc[MR][2];
     int64_t xrow[MR]; /* block index of each tile row's block b0 */
-    for (int r = 0; r < MR; r++) {
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int r = 0; r < MR; r++) { /* the sums so far (rows past `rows`: the last one's) */
+        const float *yr = y + (r < rows ? r : rows - 1) * ldy;
+        acc[r][0] = add ? _mm512_loadu_ps(yr) : _mm512_setzero_ps();
+        acc[r][1] = add ? _mm512_loadu_ps(yr + 16) : _mm512_setzero_ps();
         xrow[r] = (i + (r < rows ? r : rows - 1)) * a->nb + b0;
     }
     for (int64_t b = 0; b < nbk; b++) {
@@ -194,13 +249,8 @@ TD_AVX512_VNNI TD_INLINE void tile(const struct gq *a, int64_t i, int64_t rows, 
         }
     }
     for (int r = 0; r < rows; r++) {
-        float *yr = y + r * ldy;
-        if (add) {
-            acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_loadu_ps(yr));
-            acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_loadu_ps(yr + 16));
-        }
-        _mm512_storeu_ps(yr, acc[r][0]);
-        _mm512_storeu_ps(yr + 16, acc[r][1]);
+        _mm512_storeu_ps(y + r * ldy, acc[r][0]);
+        _mm512_storeu_ps(y + r * ldy + 16, acc[r][1]);
     }
 }
 
@@ -219,9 +269,10 @@ static void prefetch_ahead(const struct gq *a, int64_t t, int64_t b0, int64_t e)
         return;
     const int64_t j0 = t / a->nchunks * NR, cols = a->m - j0 < NR ? a->m - j0 : NR;
     const int64_t span = (a->nb - b0 < KB ? a->nb - b0 : KB) * bytes;
-    for (int64_t c = 0; c < cols; c++)
-        for (int64_t p = 0; p < span; p += 64)
-            __builtin_prefetch((const char *)a->w + (j0 + c) * row_bytes + b0 * bytes + p, 0, 2);
+    const int64_t unit = x8_type(a->type) ? 8 : 1; /* rows whose blocks lie side by side */
+    for (int64_t c = 0; c < cols; c += unit) /* (an X8 group's blocks: unit x the bytes, unit x the rows) */
+        for (int64_t p = 0; p < unit * span; p += 64)
+            __builtin_prefetch((const char *)a->w + (j0 + c) * row_bytes + unit * b0 * bytes + p, 0, 2);
 }
 
 /* tasks [b, e): task t is weight panel t / nchunks times x row chunk t % nchunks */

@@ -25,10 +25,13 @@
    f32 and the f32 GEMM above runs, each weight panel widened to f32 just before it is packed (on
    AVX2, f16 and bf16 inside the packing transpose: 2-3% off a bf16 GEMM of the shipped models).
 
-   Q8_0X8 and Q4_0X8 (rows interleaved by 8 at load, on AVX2: quant.h) take their own kernel at
-   any number of x rows: a group of 8 rows is one stream of memory and its 8 dot products come out
-   in one register's lanes; it outruns both the 4-row tiles (2x, one x row) and widening to f32 for
-   the GEMM (pp512). No software prefetch there: on AVX2 (Zen 4) the hardware's streams beat it.
+   Q8_0X8 and Q4_0X8 (rows interleaved by 8 at load, on AVX2 and AVX512_VNNI: quant.h) take their
+   own kernel: a group of 8 rows is one stream of memory and its 8 dot products come out in one
+   register's lanes (AVX-512: two groups' 16 in one). On AVX2 at any number of x rows: it outruns
+   both the 4-row tiles (2x, one x row) and widening to f32 for the GEMM (pp512). On AVX512_VNNI up
+   to 7 x rows; from 8 the int8 GEMM, its panels copied from the groups, outruns it (SmolLM2-135M's
+   1536x576 Q8_0, 2 threads: 8 rows 26 against 26 us, 64 rows 124 against 157). No software
+   prefetch there: the hardware's streams beat it (AVX2 on Zen 4; AVX-512 on a Xeon: no gain).
 
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
    and the row tasks of all the weights make one job, one thread-pool round trip. */
@@ -40,6 +43,9 @@
 #define GEMM_MIN_ROWS 16 /* below this many x rows, the register tiles beat packing the weights */
 #define GEMM_16BIT_MIN_ROWS 4 /* f16 / bf16: the tiles widen a weight row once per x row, the GEMM once */
 #define GEMM_Q8_MIN_ROWS 4 /* the int8 GEMM's panels are bytes, cheap to pack: it wins from 3-4 rows */
+#ifndef GEMM_X8_MIN_ROWS
+#define GEMM_X8_MIN_ROWS 8
+#endif
 #define PREFETCH_BYTES 4096 /* typed few-rows path: how far ahead of the row being read to prefetch */
 
 struct mm {
@@ -331,12 +337,16 @@ static int convert_x(struct mm *a, int gemm)
     return 0;
 }
 
-/* Q8_0 and Q4_0 weights on AVX512_VNNI: the int8 GEMM, from GEMM_Q8_MIN_ROWS x rows */
+/* Q8_0 and Q4_0 weights on AVX512_VNNI: the int8 GEMM, from GEMM_Q8_MIN_ROWS x rows; as Q8_0X8 and
+   Q4_0X8, from GEMM_X8_MIN_ROWS (below it their own kernel, which reads a group once for 8 x rows) */
 static int int8_gemm(enum td_type type, int64_t n)
 {
 #if defined(__x86_64__)
-    return n >= GEMM_Q8_MIN_ROWS && (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX512 &&
-           (td_simd_ext & TD_EXT_VNNI);
+    if (td_simd != TD_SIMD_AVX512 || !(td_simd_ext & TD_EXT_VNNI))
+        return 0;
+    if (type == TD_Q8_0X8 || type == TD_Q4_0X8)
+        return n >= GEMM_X8_MIN_ROWS;
+    return n >= GEMM_Q8_MIN_ROWS && (type == TD_Q8_0 || type == TD_Q4_0);
 #else
     (void)type, (void)n;
     return 0;

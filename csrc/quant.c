@@ -502,8 +502,85 @@ DOT_4XN(q8_0, 0)
 DOT_4XN(q4_0, 1)
 #undef DOT_4XN
 
+/* The X8 types on AVX512_VNNI: two groups side by side (16 rows, group a in lanes 0-7, b in 8-15;
+   a lone last group goes as a = b, its second half not stored) by NX (1..8) x rows. vpdpbusd takes
+   the weights as its unsigned side, in lanes of 4 quants (Q8_0X8: q + 128; Q4_0X8: the nibbles,
+   q + 8), made ready once a block for all NX x rows, and 4 quants of x broadcast to every lane. The
+   offset comes back by starting each sum at x's -offset . sum (Q8_0V). Every x number comes in by a
+   broadcast load; what remains a block is the int8 work and one cvt, mul and fma an x row. Lane r's
+   sum is row r's exact block dot product, and that fma a block follows x8_vec_dot_ref, so a row's
+   result is the readable one. */
+TD_AVX512_VNNI TD_INLINE void x8_tile_avx512(const int q4, const int NX, int64_t k, const char *ga, const char *gb,
+                                             int pair, const char *vx, int64_t x_bytes, float *y, int64_t ldy)
+{
+    const __m512i low = _mm512_set1_epi8(15), x80 = _mm512_set1_epi8((char)0x80);
+    const int64_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8);
+    __m512 acc[8];
+    for (int n = 0; n < NX; n++)
+        acc[n] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / QK8_0; b++) {
+        const char *wa = ga + b * bytes, *wb = gb + b * bytes; /* d[8], then the runs of 32 bytes */
+        const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)wa)), _mm_loadu_si128((const __m128i *)wb), 1));
+        __m512i uw[8]; /* lanes of 4 quants 4h..4h+3 of the 16 rows, unsigned */
+        for (int h = 0; h < 8; h++) {
+            const int run = q4 ? h % 4 : h;
+            const __m512i q = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wa + 16 + 32 * run))),
+                _mm256_loadu_si256((const __m256i *)(wb + 16 + 32 * run)), 1);
+            uw[h] = !q4 ? _mm512_xor_si512(q, x80) : _mm512_and_si512(h < 4 ? q : _mm512_srli_epi16(q, 4), low);
+        }
+#pragma GCC unroll 8 /* every x row's sums in registers (gcc stops at 64 vpdpbusd by itself) */
+        for (int n = 0; n < NX; n++) {
+            const block_q8_0v *xb = (const block_q8_0v *)(vx + n * x_bytes) + b;
+            __m512i s = _mm512_set1_epi32(xb->start);
+#pragma GCC unroll 8
+            for (int h = 0; h < 8; h++) {
+                int32_t four;
+                memcpy(&four, xb->qs + 4 * h, 4);
+                s = _mm512_dpbusd_epi32(s, uw[h], _mm512_set1_epi32(four));
+            }
+            acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[n]);
+        }
+    }
+    for (int n = 0; n < NX; n++)
+        if (pair)
+            _mm512_storeu_ps(y + n * ldy, acc[n]);
+        else
+            _mm256_storeu_ps(y + n * ldy, _mm512_castps512_ps256(acc[n]));
+}
+
+/* vec_dot_8xn (quant.h) of each X8 type: groups two at a time by the x rows eight at a time */
+#define VEC_DOT_8XN_AVX512(name, q4)                                                                           \
+    TD_AVX512_VNNI static void vec_dot_8xn_##name##_avx512(int64_t k, const void *w, int64_t ngroups,          \
+                                                           int64_t group_bytes, const void *vx, int64_t x_bytes,\
+                                                           int64_t nx, float *y, int64_t ldy)                  \
+    {                                                                                                           \
+        for (int64_t g = 0; g < ngroups; g += 2)                                                                \
+            for (int64_t i = 0; i < nx; i += 8) {                                                               \
+                const char *ga = (const char *)w + g * group_bytes, *x = (const char *)vx + i * x_bytes;        \
+                const int pair = g + 1 < ngroups;                                                               \
+                const char *gb = pair ? ga + group_bytes : ga;                                                  \
+                float *yt = y + i * ldy + 8 * g;                                                                \
+                switch (nx - i < 8 ? nx - i : 8) {                                                              \
+                case 1: x8_tile_avx512(q4, 1, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
+                case 2: x8_tile_avx512(q4, 2, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
+                case 3: x8_tile_avx512(q4, 3, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
+                case 4: x8_tile_avx512(q4, 4, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
+                case 5: x8_tile_avx512(q4, 5, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
+                case 6: x8_tile_avx512(q4, 6, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
+                case 7: x8_tile_avx512(q4, 7, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
+                default: x8_tile_avx512(q4, 8, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                   \
+                }                                                                                               \
+            }                                                                                                   \
+    }
+VEC_DOT_8XN_AVX512(q8_0x8_q8_0v, 0)
+VEC_DOT_8XN_AVX512(q4_0x8_q8_0v, 1)
+#undef VEC_DOT_8XN_AVX512
+
 /* the extension each AVX-512 entry needs; without it the AVX2 entry is used */
-static const int needs_ext[TD_NTYPES] = {[TD_BF16] = TD_EXT_BF16, [TD_Q8_0] = TD_EXT_VNNI, [TD_Q4_0] = TD_EXT_VNNI};
+static const int needs_ext[TD_NTYPES] = {[TD_BF16] = TD_EXT_BF16, [TD_Q8_0] = TD_EXT_VNNI, [TD_Q4_0] = TD_EXT_VNNI,
+                                          [TD_Q8_0X8] = TD_EXT_VNNI, [TD_Q4_0X8] = TD_EXT_VNNI};
 #endif
 
 #define TD_ISA_FILE "quant_isa.h"
@@ -574,8 +651,9 @@ const struct type_traits *td_type_traits(enum td_type type)
 int td_interleave(enum td_type type)
 {
 #if defined(__x86_64__)
-    /* measured there (bench/README.md); AVX-512 keeps its VNNI tiles, NEON its rows */
-    return (type == TD_Q8_0 || type == TD_Q4_0) && td_simd == TD_SIMD_AVX2;
+    /* measured there (bench/README.md); NEON keeps its rows, AVX-512 without VNNI its own tiles */
+    return (type == TD_Q8_0 || type == TD_Q4_0) &&
+           (td_simd == TD_SIMD_AVX2 || (td_simd == TD_SIMD_AVX512 && (td_simd_ext & TD_EXT_VNNI)));
 #else
     (void)type;
     return 0;

@@ -35,7 +35,7 @@ typedef struct {
    8 rows come out in the 8 lanes of one register: no sum across lanes, one scale conversion for 8
    rows, and one stream of memory a group. The bytes are the row blocks' own, moved 4 at a time
    (llama.cpp's block_q4_0x8 does the same for its AVX2 GEMV, in another order). Weight row 8g + r
-   of a matrix is row r of group g; w[m/8][k/32]. */
+   of a matrix is row r of group g; w[m/8][k/32]. Made for the AVX2 and AVX512_VNNI kernels. */
 typedef struct {
     td_fp16_t d[8]; /* row r's block scale, as its block_q8_0.d */
     int8_t qs[256]; /* run h = 0..7 of 32 bytes: bytes 4r..4r+3 are row r's qs[4h..4h+3] */
@@ -55,6 +55,16 @@ typedef struct {
     int16_t sum;       /* qs[0] + ... + qs[31] (|sum| <= 32 x 127) */
     int8_t qs[QK8_0];  /* as block_q8_0.qs */
 } block_q8_0s;         /* 36 bytes */
+
+/* Q8_0V: an x row for the X8 kernels on AVX512_VNNI (made per call, never stored): a Q8_0 block's
+   quants with its scale widened to f32 and the start of the kernel's int32 sums, -offset . sum of
+   the quants (the offset its weights carry: 128 for Q8_0X8, 8 for Q4_0X8), so that each comes into
+   every lane by a broadcast load, where a scale to widen or a sum to multiply cost a shuffle a block */
+typedef struct {
+    float d;          /* the block_q8_0.d widened */
+    int32_t start;    /* -offset * (qs[0] + ... + qs[31]) */
+    int8_t qs[QK8_0]; /* as block_q8_0.qs */
+} block_q8_0v;        /* 40 bytes */
 
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match GGUF's 34 bytes");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "block_q8_0x8 is 8 Q8_0 blocks");

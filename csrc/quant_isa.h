@@ -252,7 +252,7 @@ TARGET static void ISA(quantize_row_q8_0)(const float *x, void *vy, int64_t k)
     }
 }
 
-#if VL >= 8 /* Q4_0X8's x rows on AVX2 (quant.h) */
+#if VL == 8 /* Q4_0X8's x rows on AVX2 (quant.h) */
 TARGET static void ISA(quantize_row_q8_0s)(const float *x, void *vy, int64_t k)
 {
     block_q8_0s *y = vy;
@@ -272,6 +272,33 @@ TARGET static void ISA(q8_0s_to_float)(const void *vx, float *y, int64_t k)
     const block_q8_0s *b = vx;
     for (int64_t i = 0; i < k / QK8_0; i++)
         ISA(q8_block_to_float)(b[i].d, b[i].qs, y + i * QK8_0);
+}
+#endif
+
+#if VL == 16 /* the X8 types' x rows on AVX512_VNNI (quant.h), offset a constant after inlining */
+TARGET TD_INLINE void ISA(quantize_row_q8_0v)(const float *x, void *vy, int64_t k, const int offset)
+{
+    block_q8_0v *y = vy;
+    for (int64_t i = 0; i < k / QK8_0; i++) {
+        block_q8_0 b;
+        ISA(quantize_row_q8_0)(x + i * QK8_0, &b, QK8_0);
+        int sum = 0;
+        for (int j = 0; j < QK8_0; j++)
+            sum += b.qs[j];
+        y[i].d = ISA(h2f)(b.d), y[i].start = -offset * sum;
+        memcpy(y[i].qs, b.qs, QK8_0);
+    }
+}
+
+TARGET static void ISA(quantize_row_q8_0v_128)(const float *x, void *y, int64_t k) { ISA(quantize_row_q8_0v)(x, y, k, 128); }
+TARGET static void ISA(quantize_row_q8_0v_8)(const float *x, void *y, int64_t k) { ISA(quantize_row_q8_0v)(x, y, k, 8); }
+
+TARGET static void ISA(q8_0v_to_float)(const void *vx, float *y, int64_t k)
+{
+    const block_q8_0v *b = vx;
+    for (int64_t i = 0; i < k / QK8_0; i++)
+        for (int j = 0; j < QK8_0; j += VL)
+            vstore(y + i * QK8_0 + j, b[i].d * __builtin_convertvector(ISA(load_i8)(b[i].qs + j), VEC));
 }
 #endif
 
@@ -348,17 +375,25 @@ static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
 #endif
                 },
     [TD_Q8_0X8] = {.rows = 8, .blck_size = QK8_0, .type_size = sizeof(block_q8_0),
-                   .to_float_lane = q8_0x8_to_float_lane, .from_float = ISA(quantize_row_q8_0),
-                   .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0),
-#if VL >= 8 /* quant.c's AVX2 kernels */
-                   .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_avx2,
+                   .to_float_lane = q8_0x8_to_float_lane, .x_blck_size = QK8_0,
+#if VL == 16 /* quant.c's AVX512_VNNI kernels, x as Q8_0V */
+                   .from_float = ISA(quantize_row_q8_0v_128), .x_to_float = ISA(q8_0v_to_float),
+                   .x_type_size = sizeof(block_q8_0v), .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0v_avx512,
+#elif VL == 8 /* quant.c's AVX2 kernels */
+                   .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float),
+                   .x_type_size = sizeof(block_q8_0), .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_avx2,
 #else
+                   .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float),
+                   .x_type_size = sizeof(block_q8_0),
                    .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_ref,
 #endif
                   },
     [TD_Q4_0X8] = {.rows = 8, .blck_size = QK4_0, .type_size = sizeof(block_q4_0),
                    .to_float_lane = q4_0x8_to_float_lane, .x_blck_size = QK8_0,
-#if VL >= 8 /* x as Q8_0S: each block's sum made once */
+#if VL == 16 /* quant.c's AVX512_VNNI kernels, x as Q8_0V */
+                   .from_float = ISA(quantize_row_q8_0v_8), .x_to_float = ISA(q8_0v_to_float),
+                   .x_type_size = sizeof(block_q8_0v), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0v_avx512,
+#elif VL == 8 /* x as Q8_0S: each block's sum made once */
                    .from_float = ISA(quantize_row_q8_0s), .x_to_float = ISA(q8_0s_to_float),
                    .x_type_size = sizeof(block_q8_0s), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0s_avx2,
 #else

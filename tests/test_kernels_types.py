@@ -250,7 +250,7 @@ def test_embedding_gathers_any_type(name):
         K.embedding(table, ids, read_only)
 
 
-# ---- Q8_0X8 and Q4_0X8 (quant.h): rows interleaved by 8 at load, for the AVX2 kernels ----
+# ---- Q8_0X8 and Q4_0X8 (quant.h): rows interleaved by 8 at load, for the AVX2 and AVX512_VNNI kernels ----
 
 X8 = ["q8_0", "q4_0"]
 
@@ -310,9 +310,11 @@ def test_x8_extremes_do_not_overflow(level, name, big, small):
 
 @pytest.mark.parametrize("name", X8)
 def test_interleaved_only_where_the_kernels_want_it(level, name):
-    """kernels.interleaved repacks a Q8_0 or Q4_0 matrix of whole groups on the AVX2 path only."""
+    """kernels.interleaved repacks a Q8_0 or Q4_0 matrix of whole groups on the AVX2 path and on
+    AVX-512 with VNNI (their X8 kernels), never on NEON or plain C."""
     q = quant.quantize(data(1, 16, 64), name)
-    assert quant.is_interleaved(K.interleaved(q)) == (K.simd() == "avx2")
+    x8_kernels = K.simd() == "avx2" or (K.simd() == "avx512" and "avx512_vnni" in K.simd_extensions())
+    assert quant.is_interleaved(K.interleaved(q)) == x8_kernels
     assert K.interleaved(q[:12]).dtype == q.dtype              # not whole groups of 8
     assert K.interleaved(quant.quantize(data(1, 16, 64), "bf16")).dtype == quant.BF16
     repacked = quant.interleave(q)

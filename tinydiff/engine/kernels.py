@@ -225,7 +225,7 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
 def interleaved(w):
     """w as the matmul reads it fastest on this CPU: a Q8_0 or Q4_0 matrix with rows in eights
     repacked into Q8_0X8 or Q4_0X8 (a copy, made once at load) where the SIMD path's kernels want
-    that (AVX2), anything else as it is."""
+    that (AVX2, AVX512_VNNI), anything else as it is."""
     if (isinstance(w, _ndarray) and w.dtype in quant.X8 and w.ndim == 2 and w.shape[0] % quant.GROUP == 0
             and lib.td_interleave(_TYPES[w.dtype][0])):
         return quant.interleave(w)

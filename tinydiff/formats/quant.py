@@ -17,8 +17,8 @@ quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match ll
 
 Two layouts are made at load, never stored: Q8_0X8 and Q4_0X8 [m/8, k/32], Q8_0 and Q4_0 with
 their rows interleaved 8 at a time (csrc/quant.h, block_q8_0x8: d f16[8], qs int8[256], the bytes
-of 8 Q8_0 blocks; block_q4_0x8: d f16[8], qs uint8[128], of 8 Q4_0 blocks), for the AVX2 kernels
-(interleave; kernels.interleaved decides where).
+of 8 Q8_0 blocks; block_q4_0x8: d f16[8], qs uint8[128], of 8 Q4_0 blocks), for the AVX2 and
+AVX512_VNNI kernels (interleave; kernels.interleaved decides where).
 """
 import numpy as np
 
