@@ -132,22 +132,44 @@ TD_AVX512 TD_INLINE void transpose16(__m512 r[16])
     }
 }
 
-/* pack_w of the AVX-512 kernel (NR = 32) by 16x16 blocks: 4x faster than element by element */
-TD_AVX512 TD_INLINE void transpose_panel_avx512(const float *w, int64_t k, int64_t cols, int64_t kc, float *wp)
+/* 16 numbers of a weight row from number p on, as f32: f32 rows, or bf16 / f16 widened (exactly) */
+TD_AVX512 TD_INLINE __m512 load16_avx512(const char *row, int64_t p, const enum td_type type)
+{
+    if (type == TD_F32)
+        return _mm512_loadu_ps((const float *)row + p);
+    __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * p));
+    return type == TD_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+}
+
+/* one number of a weight row, as f32 */
+TD_INLINE float load1(const char *row, int64_t p, const enum td_type type)
+{
+    uint16_t h;
+    if (type == TD_F32)
+        return ((const float *)row)[p];
+    memcpy(&h, row + 2 * p, 2);
+    return type == TD_BF16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
+}
+
+/* pack_w of the AVX-512 kernel (NR = 32) by 16x16 blocks (4x faster than element by element), from
+   rows of f32, bf16 or f16 (row_bytes apart): 16-bit rows are widened in the registers the
+   transpose takes, never written out as f32 rows first */
+TD_AVX512 TD_INLINE void transpose_panel_avx512(const char *w, int64_t row_bytes, int64_t cols, int64_t kc, float *wp,
+                                                const enum td_type type)
 {
     int64_t p = 0;
     for (; p + 16 <= kc; p += 16)
         for (int64_t half = 0; half < 32; half += 16) {
             __m512 r[16];
             for (int64_t c = 0; c < 16; c++)
-                r[c] = half + c < cols ? _mm512_loadu_ps(w + (half + c) * k + p) : _mm512_setzero_ps();
+                r[c] = half + c < cols ? load16_avx512(w + (half + c) * row_bytes, p, type) : _mm512_setzero_ps();
             transpose16(r);
             for (int64_t j = 0; j < 16; j++)
                 _mm512_storeu_ps(wp + (p + j) * 32 + half, r[j]);
         }
     for (; p < kc; p++)
         for (int64_t c = 0; c < 32; c++)
-            wp[p * 32 + c] = c < cols ? w[c * k + p] : 0.0f;
+            wp[p * 32 + c] = c < cols ? load1(w + c * row_bytes, p, type) : 0.0f;
 }
 
 /* r[8] (8 rows of 8 floats) transposed in registers: unpack 32-bit, shuffle 64-bit, then swap 128-bit halves */
@@ -180,15 +202,6 @@ TD_AVX2 TD_INLINE __m256 load8_avx2(const char *row, int64_t p, const enum td_ty
                            : _mm256_cvtph_ps(h);
 }
 
-TD_AVX2 TD_INLINE float load1_avx2(const char *row, int64_t p, const enum td_type type)
-{
-    uint16_t h;
-    if (type == TD_F32)
-        return ((const float *)row)[p];
-    memcpy(&h, row + 2 * p, 2);
-    return type == TD_BF16 ? bf16_to_fp32(h) : _cvtsh_ss(h);
-}
-
 /* pack_w of the AVX2 kernel (NR = 16) by 8x8 blocks, as transpose_panel_avx512, from rows of f32,
    bf16 or f16 (row_bytes apart): 16-bit rows are widened in the registers the transpose takes,
    never written out as f32 rows first */
@@ -207,7 +220,7 @@ TD_AVX2 TD_INLINE void transpose_panel_avx2(const char *w, int64_t row_bytes, in
         }
     for (; p < kc; p++)
         for (int64_t c = 0; c < 16; c++)
-            wp[p * 16 + c] = c < cols ? load1_avx2(w + c * row_bytes, p, type) : 0.0f;
+            wp[p * 16 + c] = c < cols ? load1(w + c * row_bytes, p, type) : 0.0f;
 }
 #endif
 

@@ -107,7 +107,7 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
 TARGET TD_INLINE void ISA(pack_w)(const float *w, int64_t k, int64_t cols, int64_t kc, float *wp)
 {
 #if VL == 16 && defined(__x86_64__)
-    transpose_panel_avx512(w, k, cols, kc, wp);
+    transpose_panel_avx512((const char *)w, 4 * k, cols, kc, wp, TD_F32);
 #elif VL == 8 && defined(__x86_64__)
     transpose_panel_avx2((const char *)w, 4 * k, cols, kc, wp, TD_F32);
 #else
@@ -200,9 +200,13 @@ TARGET TD_INLINE void ISA(pack_w_typed)(const struct mm *a, int64_t j0, int64_t 
     float wt[NR * KC] __attribute__((aligned(64))); /* [NR][KC] the rows in f32 */
     const struct type_traits *tt = a->tt;
     const char *w = (const char *)a->w + j0 * a->row_bytes + p0 / tt->blck_size * tt->type_size;
-#if VL == 8 && defined(__x86_64__)
+#if (VL == 8 || VL == 16) && defined(__x86_64__)
     if (a->type == TD_BF16 || a->type == TD_F16) { /* widened inside the transpose */
+#if VL == 16
+        transpose_panel_avx512(w, a->row_bytes, cols, kc, wp, a->type);
+#else
         transpose_panel_avx2(w, a->row_bytes, cols, kc, wp, a->type);
+#endif
         return;
     }
 #endif
