@@ -252,17 +252,26 @@ TARGET static void ISA(quantize_row_q8_0)(const float *x, void *vy, int64_t k)
     }
 }
 
+#if VL >= 8
+/* a block of x quantized to Q8_0 in b; returns the sum of its quants (the X8 kernels' x rows) */
+TARGET TD_INLINE int ISA(quantize_block_sum)(const float *x, block_q8_0 *b)
+{
+    ISA(quantize_row_q8_0)(x, b, QK8_0);
+    int sum = 0;
+    for (int j = 0; j < QK8_0; j++)
+        sum += b->qs[j];
+    return sum;
+}
+#endif
+
 #if VL == 8 /* Q4_0X8's x rows on AVX2 (quant.h) */
 TARGET static void ISA(quantize_row_q8_0s)(const float *x, void *vy, int64_t k)
 {
     block_q8_0s *y = vy;
     for (int64_t i = 0; i < k / QK8_0; i++) {
         block_q8_0 b;
-        ISA(quantize_row_q8_0)(x + i * QK8_0, &b, QK8_0);
-        int sum = 0;
-        for (int j = 0; j < QK8_0; j++)
-            sum += b.qs[j];
-        y[i].d = b.d, y[i].sum = (int16_t)sum;
+        y[i].sum = (int16_t)ISA(quantize_block_sum)(x + i * QK8_0, &b);
+        y[i].d = b.d;
         memcpy(y[i].qs, b.qs, QK8_0);
     }
 }
@@ -281,11 +290,8 @@ TARGET TD_INLINE void ISA(quantize_row_q8_0v)(const float *x, void *vy, int64_t 
     block_q8_0v *y = vy;
     for (int64_t i = 0; i < k / QK8_0; i++) {
         block_q8_0 b;
-        ISA(quantize_row_q8_0)(x + i * QK8_0, &b, QK8_0);
-        int sum = 0;
-        for (int j = 0; j < QK8_0; j++)
-            sum += b.qs[j];
-        y[i].d = ISA(h2f)(b.d), y[i].start = -offset * sum;
+        y[i].start = -offset * ISA(quantize_block_sum)(x + i * QK8_0, &b);
+        y[i].d = ISA(h2f)(b.d);
         memcpy(y[i].qs, b.qs, QK8_0);
     }
 }
