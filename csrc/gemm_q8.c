@@ -1,4 +1,5 @@
-/* gemm_q8.c: y[n,m] = x[n,k] @ w[m,k]^T for Q8_0 and Q4_0 weights, in int8 on AVX512_VNNI.
+/* gemm_q8.c: y[n,m] = x[n,k] @ w[m,k]^T for Q8_0 and Q4_0 weights (as rows, or as Q8_0X8 and
+   Q4_0X8 groups), in int8 on AVX512_VNNI.
 
    x rows are quantized to Q8_0 once, as the few-rows path does (so a row's result does not depend
    on the path), keeping each block's scale d_x and the sum of its quants beside them. A panel of
@@ -27,7 +28,7 @@
 
 struct gq {
     const float *x;        /* [n,k] */
-    const void *w;         /* [m][nb] Q8_0 or Q4_0 blocks */
+    const void *w;         /* [m][nb] Q8_0 or Q4_0 blocks, or [m/8][nb] groups of 8 rows' (X8) */
     float *y;              /* [n,m] */
     int64_t n, k, m, nb;
     enum td_type type;

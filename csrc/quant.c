@@ -7,13 +7,14 @@
    one operand unsigned, |a| . sign(b, a) = a . b, since maddubs / vpdpbusd multiply unsigned by
    signed bytes.
 
-   The exception: the AVX-512 dot products of bf16, Q8_0 and Q4_0 are hand-written here, because
-   they need an extension beyond AVX512F (AVX512_BF16, AVX512_VNNI; td_simd_ext says whether the
-   CPU has it, and without it td_type_traits gives the AVX2 entry) and their shape is their own:
-   vdpbf16ps takes x as bf16 pairs with a masked tail, and the VNNI kernels put two blocks in one
-   zmm and gather eight blocks' scales with one permute, which a per-block primitive under the
-   generic loop cannot express. They carry the names ISA() gives in the AVX-512 instance, so
-   quant_isa.h's table is the same for every instruction set. */
+   The exception: the AVX-512 dot products of bf16, Q8_0 and Q4_0 (as rows and as X8 groups) are
+   hand-written here, because they need an extension beyond AVX512F (AVX512_BF16, AVX512_VNNI;
+   td_simd_ext says whether the CPU has it, and without it td_type_traits gives the AVX2 entry)
+   and their shape is their own: vdpbf16ps takes x as bf16 pairs with a masked tail, and the VNNI
+   kernels put two blocks in one zmm and gather eight blocks' scales with one permute (the X8 ones
+   two groups in one), which a per-block primitive under the generic loop cannot express. They
+   carry the names ISA() gives in the AVX-512 instance, so quant_isa.h's table is the same for
+   every instruction set. */
 #include <math.h>
 #include "quant.h"
 

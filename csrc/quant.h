@@ -105,8 +105,8 @@ struct type_traits {
 /* the functions for the SIMD level in use (and the extensions it may use) */
 const struct type_traits *td_type_traits(enum td_type type);
 
-/* ys[j][n,ms[j]] = x[n,k] @ ws[j]^T for up to 4 Q8_0 or Q4_0 weights of one type, one job for all,
-   in int8 on AVX512_VNNI (gemm_q8.c); 0, or -1 out of scratch memory */
+/* ys[j][n,ms[j]] = x[n,k] @ ws[j]^T for up to 4 Q8_0, Q4_0, Q8_0X8 or Q4_0X8 weights of one type,
+   one job for all, in int8 on AVX512_VNNI (gemm_q8.c); 0, or -1 out of scratch memory */
 int td_gemm_q8_vnni(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
                     const int64_t *ms);
 

@@ -264,8 +264,8 @@ def interleaved(w, name):
 @given(n=N, k=K_BLOCKED, groups=st.integers(1, 9), seed=st.integers(0, 99))
 def test_x8_within_the_bounds_of_its_rows(level, name, n, k, groups, seed):
     """The repacked weights give their row type's products within the same tight bound (each block's
-    integer dot product exact, one rounding a block), at any n (their kernel runs for many x rows
-    too), and added to out as a residual."""
+    integer dot product exact, one rounding a block), at any n (their kernel, or from 8 rows on
+    AVX512_VNNI the int8 GEMM, which reads them too), and added to out as a residual."""
     x, w = data(seed, n, k), interleaved(data(seed + 1, 8 * groups, k), name)
     got = K.matmul(x, w)
     wd = np.abs(quant.dequantize(w)).astype(np.float64)
