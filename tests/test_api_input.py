@@ -1,7 +1,10 @@
 """The Python API's bad input (a tester's findings): a UsageError naming what is wrong, never
 numpy's or Python's own exception from deep inside, never an argument silently ignored or read as
 something else."""
+import json
 import os
+import shutil
+import struct
 
 import numpy as np
 import pytest
@@ -10,7 +13,8 @@ import tinydiff
 from tinydiff.chat import Chat
 from tinydiff.decoding.diffusion import _apart
 from tinydiff.engine.masks import block_causal
-from tinydiff.errors import UsageError
+from tinydiff.errors import ModelError, UsageError
+from tinydiff.model import model_path
 
 MODEL = os.path.join(os.path.dirname(__file__), "fixtures", "hf", "llama-gqa")
 
@@ -113,3 +117,34 @@ def test_chat_arguments(ar):
 
 def test_threads_as_numpy_integers():
     assert tinydiff.load(MODEL, threads=np.int64(1)).pool.threads == 1
+
+
+def with_nan_weights(name, folder):
+    """A copy of a shipped model in folder whose first down_proj holds 32 bf16 NaNs."""
+    shutil.copytree(model_path(name), folder)
+    path = os.path.join(folder, "model.safetensors")
+    data = bytearray(open(path, "rb").read())
+    n = struct.unpack("<Q", data[:8])[0]
+    entry = json.loads(data[8:8 + n])["model.layers.0.mlp.down_proj.weight"]
+    assert entry["dtype"] == "BF16"
+    at = 8 + n + entry["data_offsets"][0]
+    data[at:at + 64] = b"\xc0\x7f" * 32
+    open(path, "wb").write(bytes(data))
+    return folder
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_diffusion_model_whose_logits_are_nan_is_a_model_error(tmp_path, temperature):
+    """A NaN in the weights reaches every logit: the run stops with a ModelError (the CLI's exit 1),
+    where it left the holes as masks and exited 0 (with NumPy's RuntimeWarning at a temperature)."""
+    model = tinydiff.load(with_nan_weights("stories5m-mdm", tmp_path / "nan"))
+    with pytest.raises(ModelError, match="NaN or -inf everywhere at a masked position"):
+        model.denoise("Once upon", 8, steps=8, temperature=temperature)
+
+
+def test_decode_takes_one_id_as_transformers_does(ar):
+    tok = ar.tokenizer
+    assert tok.decode(5) == tok.decode([5]) and tok.decode(np.int64(7)) == tok.decode([7])
+    for bad in ("ab", b"ab", None, 1.5):
+        with pytest.raises(UsageError, match="decode takes token ids"):
+            tok.decode(bad)

@@ -626,9 +626,14 @@ class Tokenizer:
         return bytes(out)
 
     def decode(self, ids, skip_special_tokens=False):
-        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD. An id that is not a
-        whole number, or not one of this tokenizer's, is a UsageError (decode_bytes, which the
-        decoders use on a model's output, skips those it does not know, as tokenizers does)."""
+        """Token ids (or one id, as transformers takes it) -> text; bytes that are not valid UTF-8
+        become U+FFFD. An id that is not a whole number, or not one of this tokenizer's, is a
+        UsageError (decode_bytes, which the decoders use on a model's output, skips those it does
+        not know, as tokenizers does)."""
+        if is_integer(ids):
+            ids = [ids]
+        elif not hasattr(ids, "__iter__") or isinstance(ids, (str, bytes)):
+            raise UsageError(f"decode takes token ids (a list of integers, or one), got {type(ids).__name__}")
         ids = list(ids)
         bad = next((i for i in ids if not is_integer(i) or not 0 <= i < len(self.tokens)), None)
         if bad is not None:
