@@ -68,6 +68,8 @@ def test_bad_points_and_paths_are_one_line_errors(tmp_path):
         P.roofline_svg(ROOF, POINTS, tmp_path / "a.pdf")
     with pytest.raises(UsageError, match="cannot write"):
         P.roofline_svg(ROOF, POINTS, tmp_path / "no" / "such" / "dir.svg")
+    with pytest.raises(UsageError, match="cannot write"):                  # no one writes there, root included
+        P.check_plot_path("/proc/tinydiff-plot.svg")
     with pytest.raises(UsageError, match=r"must end in \.svg$"):           # it draws SVG only, never a .png
         P.curves_svg([("a", "#000", [(1, 2)])], "t", "x", "y", tmp_path / "a.png")
     assert os.listdir(tmp_path) == []

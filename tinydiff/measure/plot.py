@@ -226,9 +226,16 @@ def check_plot_path(path, png=True):
             raise UsageError(f"plot: {path}: PNG needs matplotlib (pip install matplotlib); "
                              "or give a .svg path") from None
     folder = os.path.dirname(os.path.abspath(str(path)))
-    if os.path.isdir(str(path)) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+    if os.path.isdir(str(path)) or not os.path.isdir(folder):
         raise UsageError(f"plot: cannot write {path}: "
-                         f"{'a folder' if os.path.isdir(str(path)) else 'no writable folder ' + folder}")
+                         f"{'a folder' if os.path.isdir(str(path)) else 'no folder ' + folder}")
+    probe = f"{os.path.abspath(str(path))}.{os.getpid()}.probe"    # a file made and removed: root passes
+    try:                                                            # os.access on /proc, and cannot write there
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"plot: cannot write {path}: {e.strerror}") from None
     return ext
 
 
