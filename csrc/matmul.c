@@ -30,8 +30,9 @@
    own kernel: a group of 8 rows is one stream of memory and its 8 dot products come out in one
    register's lanes (AVX-512: two groups' 16 in one). On AVX2 at any number of x rows: it outruns
    both the 4-row tiles (2x, one x row) and widening to f32 for the GEMM (pp512). On AVX512_VNNI up
-   to 7 x rows; from 8 the int8 GEMM, its panels copied from the groups, outruns it (SmolLM2-135M's
-   1536x576 Q8_0, 2 threads: 8 rows 26 against 26 us, 64 rows 124 against 157). No software
+   to 8 x rows, its whole tile (8 decoding sequences of SmolLM2-135M q8_0: 1492-1502 t/s against
+   1271-1310 through the GEMM); from 9 the int8 GEMM, its panels copied from the groups, outruns
+   it (its 1536x576 matrix, 2 threads: 64 rows 124 against 157 us). No software
    prefetch there: the hardware's streams beat it (AVX2 on Zen 4; AVX-512 on a Xeon: no gain).
 
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
@@ -44,9 +45,7 @@
 #define GEMM_MIN_ROWS 16 /* below this many x rows, the register tiles beat packing the weights */
 #define GEMM_16BIT_MIN_ROWS 4 /* f16 / bf16: the tiles widen a weight row once per x row, the GEMM once */
 #define GEMM_Q8_MIN_ROWS 4 /* the int8 GEMM's panels are bytes, cheap to pack: it wins from 3-4 rows */
-#ifndef GEMM_X8_MIN_ROWS
-#define GEMM_X8_MIN_ROWS 8
-#endif
+#define GEMM_X8_MIN_ROWS 9 /* Q8_0X8 / Q4_0X8 on AVX512_VNNI: their kernel's tile is 8 x rows */
 #define PREFETCH_BYTES 4096 /* typed few-rows path: how far ahead of the row being read to prefetch */
 
 struct mm {
