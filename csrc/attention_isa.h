@@ -49,17 +49,30 @@ TARGET TD_INLINE void ISA(scale)(float *y, float c, int64_t len)
 }
 
 /* One query's softmax over a key block, online: s[KB] holds the raw scores q.k; keys from nb on get
-   weight 0. Turns s into the weights exp(s*scale - m) under the running max *m, adds them to the
-   running sum *l, and rescales the output acc[hd] summed so far when the max grows. */
+   weight 0 (to the end of the last vector that holds a key; past it s is not touched, nor read).
+   Turns s into the weights exp(s*scale - m) under the running max *m, adds them to the running sum
+   *l, and rescales the output acc[hd] summed so far when the max grows. */
 TARGET TD_INLINE void ISA(softmax_block)(const struct attn *a, float *s, int64_t nb, float *m, float *l, float *acc)
 {
-    float bmax = -INFINITY;
-    for (int64_t j = 0; j < KB; j++) {
-        s[j] = j < nb ? s[j] * a->scale : -INFINITY;
-        bmax = s[j] > bmax ? s[j] : bmax;
+    const int64_t nv = (nb + VL - 1) / VL * VL; /* the vectors that hold a key (add_values reads nb) */
+    const VEC ninf = (VEC){0} - __builtin_inff();
+    VI lane;
+    for (int i = 0; i < VL; i++)
+        lane[i] = i;
+    VEC vmax = ninf;
+    for (int64_t j = 0; j < nv; j += VL) { /* scaled, and -inf past nb (those lanes hold old numbers) */
+        VEC v = ISA(vselect)(lane < (int)(nb - j), vload(s + j) * a->scale, ninf);
+        vstore(s + j, v);
+        vmax = ISA(vmax)(vmax, v);
     }
+    float t[VL]; /* the largest, by halves */
+    vstore(t, vmax);
+    for (int w = VL / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++)
+            t[i] = t[i + w] > t[i] ? t[i + w] : t[i];
+    const float bmax = t[0];
     if (bmax == -INFINITY) { /* nothing to see in this block */
-        memset(s, 0, sizeof(float) * KB);
+        memset(s, 0, sizeof(float) * nv);
         return;
     }
     if (bmax > *m) {
@@ -68,8 +81,8 @@ TARGET TD_INLINE void ISA(softmax_block)(const struct attn *a, float *s, int64_t
         ISA(scale)(acc, c, a->hd);
         *m = bmax;
     }
-    VEC sum = {0};
-    for (int64_t j = 0; j < KB; j += VL) {
+    VEC sum = {0}; /* the vectors past nv would add exact zeros */
+    for (int64_t j = 0; j < nv; j += VL) {
         VEC e = ISA(vexp)(vload(s + j) - *m); /* 0 where s = -inf */
         vstore(s + j, e);
         sum += e;
@@ -77,11 +90,23 @@ TARGET TD_INLINE void ISA(softmax_block)(const struct attn *a, float *s, int64_t
     *l += vsum(sum);
 }
 
-/* acc[hd] += p[nb] @ v[nb][hd], value rows kvstride apart */
+/* acc[hd] += p[nb] @ v[nb][hd], value rows kvstride apart: four vectors of acc a pass over the keys
+   (four chains of FMAs side by side: a head of 64 on AVX-512 in one pass), then two, then one */
 TARGET TD_INLINE void ISA(add_values)(float *acc, const float *p, const float *v, int64_t kvstride, int64_t nb,
                                       int64_t hd)
 {
     int64_t d = 0;
+    for (; d + 4 * VL <= hd; d += 4 * VL) {
+        VEC a0 = vload(acc + d), a1 = vload(acc + d + VL), a2 = vload(acc + d + 2 * VL), a3 = vload(acc + d + 3 * VL);
+        for (int64_t j = 0; j < nb; j++) {
+            const float *vj = v + j * kvstride + d;
+            a0 += p[j] * vload(vj);
+            a1 += p[j] * vload(vj + VL);
+            a2 += p[j] * vload(vj + 2 * VL);
+            a3 += p[j] * vload(vj + 3 * VL);
+        }
+        vstore(acc + d, a0), vstore(acc + d + VL, a1), vstore(acc + d + 2 * VL, a2), vstore(acc + d + 3 * VL, a3);
+    }
     for (; d + 2 * VL <= hd; d += 2 * VL) {
         VEC a0 = vload(acc + d), a1 = vload(acc + d + VL);
         for (int64_t j = 0; j < nb; j++) {
