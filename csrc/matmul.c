@@ -377,10 +377,50 @@ static int f32_gemm(enum td_type type, int64_t n)
     return n >= GEMM_MIN_ROWS && (type == TD_F32 || td_type_traits(type)->rows == 1);
 }
 
+struct mms {
+    struct mm a[TD_MATMULS_MAX];
+    int64_t first[TD_MATMULS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
+    int64_t nw;
+    td_range_fn rows;                  /* the kernel of the weights' type: few-rows, or the GEMM */
+};
+
+/* tasks [b, e) of the weights' tasks laid end to end: each part run on its own weight */
+static void matmuls_rows(void *ctx, int64_t b, int64_t e)
+{
+    struct mms *s = ctx;
+    td_run_end_to_end(s->rows, s->a, sizeof s->a[0], s->first, s->nw, b, e);
+}
+
+/* ys[j] = x @ ws[j]^T by the f32 GEMM for nw weights of one type as one job: x converted to the
+   weights' dot product type and widened back once for all, every weight's (panel, x chunk) tasks
+   laid end to end (q/k/v, gate/up: one pool round trip, not one a weight, and no thread idle while
+   the last panels of one weight finish alone); 0, or -1 out of scratch memory */
+static int f32_gemms(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
+                     const int64_t *ms)
+{
+    const struct mm_kernels *kern = TD_PICK(matmul_kernels);
+    const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
+    struct mms s = {.nw = nw, .rows = kern->gemm};
+    for (int64_t j = 0; j < nw; j++) {
+        s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .type = type,
+                             .tt = tt, .row_bytes = tt ? k / tt->blck_size * tt->type_size : 4 * k};
+        s.first[j + 1] = s.first[j] + plan_gemm(kern, &s.a[j]);
+    }
+    td_pool_enter();
+    if (tt && convert_x(&s.a[0], 1)) {
+        td_pool_leave();
+        return -1;
+    }
+    for (int64_t j = 1; j < nw; j++) /* x converted once for all */
+        s.a[j].x = s.a[0].x;
+    td_parallel_run(matmuls_rows, &s, s.first[nw], 2.0 * kern->nr * k * s.a[0].chunk);
+    td_pool_leave();
+    return 0;
+}
+
 static int matmul_typed(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
 {
     const struct type_traits *tt = td_type_traits(type);
-    const struct mm_kernels *kern = TD_PICK(matmul_kernels);
     struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .type = type, .tt = tt,
                    .row_bytes = k / tt->blck_size * tt->type_size, .xc = (const char *)x, .xc_bytes = 4 * k};
     if (n == 0 || m == 0)
@@ -393,33 +433,16 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
     if (int8_gemm(type, n))
         return td_gemm_q8_vnni(type, x, n, k, 1, (void **)&w, &y, &m);
 #endif
-    int gemm = f32_gemm(type, n);
-    int64_t ntasks = gemm ? plan_gemm(kern, &a) : (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    if (f32_gemm(type, n))
+        return f32_gemms(type, x, n, k, 1, (void **)&w, &y, &m);
     td_pool_enter();
-    if (convert_x(&a, gemm)) {
+    if (convert_x(&a, 0)) {
         td_pool_leave();
         return -1;
     }
-    if (gemm)
-        td_parallel_run(kern->gemm, &a, ntasks, 2.0 * kern->nr * k * a.chunk);
-    else
-        td_parallel_run(matmul_rows_typed, &a, ntasks, 2.0 * ROWS_PER_TASK * k * n);
+    td_parallel_run(matmul_rows_typed, &a, (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK, 2.0 * ROWS_PER_TASK * k * n);
     td_pool_leave();
     return 0;
-}
-
-struct mms {
-    struct mm a[TD_MATMULS_MAX];
-    int64_t first[TD_MATMULS_MAX + 1]; /* weight j's tasks: [first[j], first[j+1]) of the job */
-    int64_t nw;
-    td_range_fn rows;                  /* the few-rows kernel of the weights' type */
-};
-
-/* tasks [b, e) of the weights' row tasks laid end to end: each part run on its own weight */
-static void matmuls_rows(void *ctx, int64_t b, int64_t e)
-{
-    struct mms *s = ctx;
-    td_run_end_to_end(s->rows, s->a, sizeof s->a[0], s->first, s->nw, b, e);
 }
 
 /* y[n,m] (+)= x @ w^T on the many-rows paths. Accumulating goes through a temporary so that y is
@@ -451,6 +474,8 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
     if (n > 0 && k > 0 && int8_gemm(type, n) && !accumulate) /* one job, x quantized once */
         return td_gemm_q8_vnni(type, x, n, k, nw, ws, ys, ms);
 #endif
+    if (n > 0 && k > 0 && f32_gemm(type, n) && !accumulate) /* one job, x converted once */
+        return f32_gemms(type, x, n, k, nw, ws, ys, ms);
     if (n == 0 || k == 0 || f32_gemm(type, n) || int8_gemm(type, n)) { /* one after the other */
         for (int64_t j = 0; j < nw; j++)
             if (matmul_one(type, x, ws[j], ys[j], n, k, ms[j], accumulate))
