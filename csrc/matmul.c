@@ -60,7 +60,7 @@ struct mm {
     int64_t row_bytes;            /* of one weight row, for tt */
     const char *xc;               /* [n] x rows as tt's vec_dot wants them (few-rows path) */
     int64_t xc_bytes;             /* of one such row */
-    int acc;                      /* few-rows path: y += the products, not y = */
+    int acc;                      /* y += the products, not y = (the GEMM: only where k <= KC) */
 };
 
 /* weight rows a GEMM task brings into the cache while the tiles of the panel before them run: the
@@ -396,14 +396,14 @@ static void matmuls_rows(void *ctx, int64_t b, int64_t e)
    laid end to end (q/k/v, gate/up: one pool round trip, not one a weight, and no thread idle while
    the last panels of one weight finish alone); 0, or -1 out of scratch memory */
 static int f32_gemms(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
-                     const int64_t *ms)
+                     const int64_t *ms, int acc)
 {
     const struct mm_kernels *kern = TD_PICK(matmul_kernels);
     const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
     struct mms s = {.nw = nw, .rows = kern->gemm};
     for (int64_t j = 0; j < nw; j++) {
         s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .type = type,
-                             .tt = tt, .row_bytes = tt ? k / tt->blck_size * tt->type_size : 4 * k};
+                             .tt = tt, .row_bytes = tt ? k / tt->blck_size * tt->type_size : 4 * k, .acc = acc};
         s.first[j + 1] = s.first[j] + plan_gemm(kern, &s.a[j]);
     }
     td_pool_enter();
@@ -434,7 +434,7 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
         return td_gemm_q8_vnni(type, x, n, k, 1, (void **)&w, &y, &m);
 #endif
     if (f32_gemm(type, n))
-        return f32_gemms(type, x, n, k, 1, (void **)&w, &y, &m);
+        return f32_gemms(type, x, n, k, 1, (void **)&w, &y, &m, 0);
     td_pool_enter();
     if (convert_x(&a, 0)) {
         td_pool_leave();
@@ -445,11 +445,14 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
     return 0;
 }
 
-/* y[n,m] (+)= x @ w^T on the many-rows paths. Accumulating goes through a temporary so that y is
-   added to the finished product, as on the few-rows path; 0, or -1 out of memory (y untouched) */
+/* y[n,m] (+)= x @ w^T on the many-rows paths. y is added to the finished product, as on the few-rows
+   path: by the f32 GEMM's tiles where one k chunk holds it (o_proj of a small model), else through
+   a temporary; 0, or -1 out of memory (y untouched) */
 static int matmul_one(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m,
                       int acc)
 {
+    if (acc && k <= KC && f32_gemm(type, n) && !int8_gemm(type, n))
+        return f32_gemms(type, x, n, k, 1, (void **)&w, &y, &m, 1);
     float *t = acc ? malloc(sizeof(float) * (size_t)(n * m > 0 ? n * m : 1)) : y;
     if (!t)
         return -1;
@@ -475,7 +478,7 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
         return td_gemm_q8_vnni(type, x, n, k, nw, ws, ys, ms);
 #endif
     if (n > 0 && k > 0 && f32_gemm(type, n) && !accumulate) /* one job, x converted once */
-        return f32_gemms(type, x, n, k, nw, ws, ys, ms);
+        return f32_gemms(type, x, n, k, nw, ws, ys, ms, 0);
     if (n == 0 || k == 0 || f32_gemm(type, n) || int8_gemm(type, n)) { /* one after the other */
         for (int64_t j = 0; j < nw; j++)
             if (matmul_one(type, x, ws[j], ys[j], n, k, ms[j], accumulate))

@@ -243,7 +243,8 @@ TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
                 next = weights_ahead(a, j0, cols, p0 + KC, k - p0 - KC < KC ? k - p0 - KC : KC);
             else if (t + 1 < e && jn != j0)
                 next = weights_ahead(a, jn, m - jn < NR ? m - jn : NR, 0, k < KC ? k : KC);
-            ISA(gemm_rows)(a->x + i0 * k + p0, k, wp, kc, a->y + i0 * m + j0, m, p0 > 0, i1 - i0, cols, &next);
+            ISA(gemm_rows)(a->x + i0 * k + p0, k, wp, kc, a->y + i0 * m + j0, m, p0 > 0 || a->acc, i1 - i0, cols,
+                           &next);
         }
     }
 }

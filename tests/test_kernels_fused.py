@@ -96,15 +96,18 @@ def test_rope_qk_errors():
 
 
 @pytest.mark.parametrize("name", ["f32", "f16", "bf16", "q8_0", "q4_0"])
-@pytest.mark.parametrize("n", [1, 5, 13])
+@pytest.mark.parametrize("n", [1, 5, 13, 17])
 def test_residual_adds_the_product_to_out(level, name, n):
-    x, ws = data(0, n, 64), [weight(1, 40, 64, name), weight(2, 9, 64, name)]
-    before = [data(3, n, 40), data(4, n, 9)]
-    outs = [b.copy() for b in before]
-    with Ledger() as led:
-        K.matmuls(x, ws, outs, op="mlp", residual=True)
-    for w, b, out in zip(ws, before, outs):
-        np.testing.assert_array_equal(out, b + K.matmul(x, w))
-    assert led.passes[0]["by_op"]["residual"]["flops"] == n * (40 + 9)
+    """out + the finished product on every path: the f32 GEMM adds out in its tiles when one k chunk
+    (256) holds the product, and through a temporary past it (k 320)."""
+    for k in (64, 320):
+        x, ws = data(0, n, k), [weight(1, 40, k, name), weight(2, 9, k, name)]
+        before = [data(3, n, 40), data(4, n, 9)]
+        outs = [b.copy() for b in before]
+        with Ledger() as led:
+            K.matmuls(x, ws, outs, op="mlp", residual=True)
+        for w, b, out in zip(ws, before, outs):
+            np.testing.assert_array_equal(out, b + K.matmul(x, w))
+        assert led.passes[0]["by_op"]["residual"]["flops"] == n * (40 + 9)
     with pytest.raises(ValueError, match="must be given"):
         K.matmul(x, ws[0], residual=True)
