@@ -341,8 +341,8 @@ int td_gemm_q8_vnni(enum td_type type, const float *x, int64_t n, int64_t k, int
         /* enough tasks to keep every thread busy: split x rows too when there are few weight
            panels, unless there are few x rows (a decoding batch), whose tiles are cheap next to
            the packing each chunk would repeat */
-        int64_t npanels = (a->m + NR - 1) / NR, want = 4 * (int64_t)td_get_threads();
-        int64_t nchunks = npanels >= want || n <= 4 * MR ? 1 : (want + npanels - 1) / npanels;
+        int64_t npanels = (a->m + NR - 1) / NR, want = 4 * (int64_t)td_get_threads(); /* (no rows: none) */
+        int64_t nchunks = npanels >= want || n <= 4 * MR || !npanels ? 1 : (want + npanels - 1) / npanels;
         a->chunk = ((n + nchunks - 1) / nchunks + MR - 1) / MR * MR;
         a->nchunks = (n + a->chunk - 1) / a->chunk;
         s.first[j + 1] = s.first[j] + npanels * a->nchunks;

@@ -404,7 +404,7 @@ static int f32_gemms(enum td_type type, const float *x, int64_t n, int64_t k, in
     for (int64_t j = 0; j < nw; j++) {
         s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .type = type,
                              .tt = tt, .row_bytes = tt ? k / tt->blck_size * tt->type_size : 4 * k, .acc = acc};
-        s.first[j + 1] = s.first[j] + plan_gemm(kern, &s.a[j]);
+        s.first[j + 1] = s.first[j] + (ms[j] > 0 ? plan_gemm(kern, &s.a[j]) : 0); /* (no rows: no tasks) */
     }
     td_pool_enter();
     if (tt && convert_x(&s.a[0], 1)) {
@@ -451,7 +451,7 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
 static int matmul_one(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m,
                       int acc)
 {
-    if (acc && k <= KC && f32_gemm(type, n) && !int8_gemm(type, n))
+    if (acc && k > 0 && k <= KC && f32_gemm(type, n) && !int8_gemm(type, n))
         return f32_gemms(type, x, n, k, 1, (void **)&w, &y, &m, 1);
     float *t = acc ? malloc(sizeof(float) * (size_t)(n * m > 0 ? n * m : 1)) : y;
     if (!t)

@@ -111,3 +111,20 @@ def test_residual_adds_the_product_to_out(level, name, n):
         assert led.passes[0]["by_op"]["residual"]["flops"] == n * (40 + 9)
     with pytest.raises(ValueError, match="must be given"):
         K.matmul(x, ws[0], residual=True)
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "bf16", "q8_0", "q4_0"])
+def test_empty_weights_on_the_gemm_paths(level, name):
+    """A weight of no rows (alone, beside another, as a residual) and, for the float types, rows of
+    no numbers (out + 0, so -0.0 becomes +0.0): as the one-row paths give them, never a crash."""
+    x = data(0, 17, 64)
+    empty, w = weight(1, 0, 64, name), weight(2, 8, 64, name)
+    assert K.matmul(x, empty).shape == (17, 0)
+    outs = [np.empty((17, 0), np.float32), np.empty((17, 8), np.float32)]
+    K.matmuls(x, [empty, w], outs)
+    np.testing.assert_array_equal(outs[1], K.matmul(x, w))
+    K.matmul(x, empty, out=np.empty((17, 0), np.float32), residual=True)
+    if name in ("f32", "f16", "bf16"):
+        out = np.full((17, 8), -0.0, np.float32)
+        K.matmul(data(0, 17, 0), weight(2, 8, 0, name), out=out, residual=True)
+        assert not np.signbit(out).any()
