@@ -230,31 +230,14 @@ TD_AVX2 TD_INLINE void transpose_panel_avx2(const char *w, int64_t row_bytes, in
 /* gemm: sets the x row chunks of a; returns the number of tasks */
 static int64_t plan_gemm(const struct mm_kernels *kern, struct mm *a)
 {
-    /* enough tasks to keep every thread busy: split x rows too when there are few weight panels */
+    /* enough tasks to keep every thread busy: split x rows too when there are few weight panels
+       (no weight rows: no tasks) */
     int64_t npanels = (a->m + kern->nr - 1) / kern->nr, want = 4 * (int64_t)td_get_threads();
-    int64_t nchunks = npanels >= want ? 1 : (want + npanels - 1) / npanels;
+    int64_t nchunks = npanels >= want || !npanels ? 1 : (want + npanels - 1) / npanels;
     int64_t chunk = (a->n + nchunks - 1) / nchunks;
     a->chunk = (chunk + kern->mr - 1) / kern->mr * kern->mr;
     a->nchunks = (a->n + a->chunk - 1) / a->chunk;
     return npanels * a->nchunks;
-}
-
-void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m)
-{
-    struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .type = TD_F32};
-    const struct mm_kernels *kern = TD_PICK(matmul_kernels);
-    if (n == 0 || m == 0)
-        return;
-    if (k == 0) {
-        memset(y, 0, sizeof(float) * n * m);
-        return;
-    }
-    if (n < GEMM_MIN_ROWS) {
-        td_parallel_for(kern->rows, &a, (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK, 2.0 * ROWS_PER_TASK * k * n);
-        return;
-    }
-    int64_t ntasks = plan_gemm(kern, &a);
-    td_parallel_for(kern->gemm, &a, ntasks, 2.0 * kern->nr * k * a.chunk);
 }
 
 /* interleaved weights (tt->rows 8): weight rows [j0, j1), whole groups, by every x row, X_ROWS at
@@ -404,7 +387,7 @@ static int f32_gemms(enum td_type type, const float *x, int64_t n, int64_t k, in
     for (int64_t j = 0; j < nw; j++) {
         s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .type = type,
                              .tt = tt, .row_bytes = tt ? k / tt->blck_size * tt->type_size : 4 * k, .acc = acc};
-        s.first[j + 1] = s.first[j] + (ms[j] > 0 ? plan_gemm(kern, &s.a[j]) : 0); /* (no rows: no tasks) */
+        s.first[j + 1] = s.first[j] + plan_gemm(kern, &s.a[j]);
     }
     td_pool_enter();
     if (tt && convert_x(&s.a[0], 1)) {
@@ -416,6 +399,22 @@ static int f32_gemms(enum td_type type, const float *x, int64_t n, int64_t k, in
     td_parallel_run(matmuls_rows, &s, s.first[nw], 2.0 * kern->nr * k * s.a[0].chunk);
     td_pool_leave();
     return 0;
+}
+
+void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m)
+{
+    struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .type = TD_F32};
+    if (n == 0 || m == 0)
+        return;
+    if (k == 0) {
+        memset(y, 0, sizeof(float) * n * m);
+        return;
+    }
+    if (n < GEMM_MIN_ROWS)
+        td_parallel_for(TD_PICK(matmul_kernels)->rows, &a, (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK,
+                        2.0 * ROWS_PER_TASK * k * n);
+    else
+        f32_gemms(TD_F32, x, n, k, 1, (void **)&w, &y, &m, 0); /* (f32: no x to convert, it cannot fail) */
 }
 
 static int matmul_typed(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)

@@ -296,8 +296,15 @@ TARGET TD_INLINE void ISA(quantize_row_q8_0v)(const float *x, void *vy, int64_t 
     }
 }
 
-TARGET static void ISA(quantize_row_q8_0v_128)(const float *x, void *y, int64_t k) { ISA(quantize_row_q8_0v)(x, y, k, 128); }
-TARGET static void ISA(quantize_row_q8_0v_8)(const float *x, void *y, int64_t k) { ISA(quantize_row_q8_0v)(x, y, k, 8); }
+TARGET static void ISA(quantize_row_q8_0v_128)(const float *x, void *y, int64_t k)
+{
+    ISA(quantize_row_q8_0v)(x, y, k, 128);
+}
+
+TARGET static void ISA(quantize_row_q8_0v_8)(const float *x, void *y, int64_t k)
+{
+    ISA(quantize_row_q8_0v)(x, y, k, 8);
+}
 
 TARGET static void ISA(q8_0v_to_float)(const void *vx, float *y, int64_t k)
 {

@@ -33,9 +33,9 @@ MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "dow
 
 def interleaved(weights):
     """The weights with every matrix the matmul reads as K.interleaved gives it (Q8_0 and Q4_0
-    repacked for the AVX2 and AVX512_VNNI kernels). An embedding tied to the head is repacked with it and read from
-    the one copy (a look-up reads repacked rows as well: the same numbers); an untied embedding,
-    only looked up, stays as it is."""
+    repacked for the AVX2 and AVX512_VNNI kernels). An embedding tied to the head is repacked with
+    it and read from the one copy (a look-up reads repacked rows as well: the same numbers); an
+    untied embedding, only looked up, stays as it is."""
     layers = [dataclasses.replace(lw, **{name: K.interleaved(getattr(lw, name)) for name in MATRICES})
               for lw in weights.layers]
     head = K.interleaved(weights.lm_head)
