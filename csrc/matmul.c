@@ -30,10 +30,11 @@
    own kernel: a group of 8 rows is one stream of memory and its 8 dot products come out in one
    register's lanes (AVX-512: two groups' 16 in one). On AVX2 at any number of x rows: it outruns
    both the 4-row tiles (2x, one x row) and widening to f32 for the GEMM (pp512). On AVX512_VNNI up
-   to 8 x rows, its whole tile (8 decoding sequences of SmolLM2-135M q8_0: 1492-1502 t/s against
-   1271-1310 through the GEMM); from 9 the int8 GEMM, its panels copied from the groups, outruns
-   it (its 1536x576 matrix, 2 threads: 64 rows 124 against 157 us). No software
-   prefetch there: the hardware's streams beat it (AVX2 on Zen 4; AVX-512 on a Xeon: no gain).
+   to 16 x rows, two of its tiles of 8 (8 decoding sequences of SmolLM2-135M q8_0: 1492-1502 t/s
+   against 1271-1310 through the GEMM on a Xeon; 16 on Zen 4: 1343-1410 against 939-1108); from 17
+   the int8 GEMM, its panels copied from the groups, outruns it (Zen 4: the same at 24 sequences;
+   Xeon: its 1536x576 matrix, 2 threads, 64 rows 124 against 157 us). The AVX2 kernel reads one
+   group at a time, one stream the hardware prefetches best; the AVX-512 one two (quant.c).
 
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
    and the row tasks of all the weights make one job, one thread-pool round trip. */
@@ -45,7 +46,7 @@
 #define GEMM_MIN_ROWS 16 /* below this many x rows, the register tiles beat packing the weights */
 #define GEMM_16BIT_MIN_ROWS 4 /* f16 / bf16: the tiles widen a weight row once per x row, the GEMM once */
 #define GEMM_Q8_MIN_ROWS 4 /* the int8 GEMM's panels are bytes, cheap to pack: it wins from 3-4 rows */
-#define GEMM_X8_MIN_ROWS 9 /* Q8_0X8 / Q4_0X8 on AVX512_VNNI: their kernel's tile is 8 x rows */
+#define GEMM_X8_MIN_ROWS 17 /* Q8_0X8 / Q4_0X8 on AVX512_VNNI: two of their kernel's tiles of 8 x rows */
 #define PREFETCH_BYTES 4096 /* typed few-rows path: how far ahead of the row being read to prefetch */
 
 struct mm {
@@ -334,7 +335,7 @@ static int convert_x(struct mm *a, int gemm)
 }
 
 /* Q8_0 and Q4_0 weights on AVX512_VNNI: the int8 GEMM, from GEMM_Q8_MIN_ROWS x rows; as Q8_0X8 and
-   Q4_0X8, from GEMM_X8_MIN_ROWS (below it their own kernel, which reads a group once for 8 x rows) */
+   Q4_0X8, from GEMM_X8_MIN_ROWS (below it their own kernel, which reads a group once for 16 x rows) */
 static int int8_gemm(enum td_type type, int64_t n)
 {
 #if defined(__x86_64__)

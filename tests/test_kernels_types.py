@@ -264,7 +264,7 @@ def interleaved(w, name):
 @given(n=N, k=K_BLOCKED, groups=st.integers(1, 9), seed=st.integers(0, 99))
 def test_x8_within_the_bounds_of_its_rows(level, name, n, k, groups, seed):
     """The repacked weights give their row type's products within the same tight bound (each block's
-    integer dot product exact, one rounding a block), at any n (their kernel, or from 8 rows on
+    integer dot product exact, one rounding a block), at any n (their kernel, or from 17 rows on
     AVX512_VNNI the int8 GEMM, which reads them too), and added to out as a residual."""
     x, w = data(seed, n, k), interleaved(data(seed + 1, 8 * groups, k), name)
     got = K.matmul(x, w)
@@ -279,7 +279,7 @@ def test_x8_within_the_bounds_of_its_rows(level, name, n, k, groups, seed):
 
 
 @pytest.mark.parametrize("name", X8)
-@pytest.mark.parametrize("n", [1, 2, 5, 8, 17])
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 16, 17])
 def test_x8_kernel_is_the_readable_one_bit_for_bit(level, name, n):
     """Each SIMD path's X8 kernel gives, to the bit, what the plain C one (quant.c, x8_vec_dot_ref:
     ggml's reference order with one fma a block) gives, for every row whatever rows came with it;
