@@ -33,8 +33,10 @@
    to 16 x rows, two of its tiles of 8 (8 decoding sequences of SmolLM2-135M q8_0: 1492-1502 t/s
    against 1271-1310 through the GEMM on a Xeon; 16 on Zen 4: 1343-1410 against 939-1108); from 17
    the int8 GEMM, its panels copied from the groups, outruns it (Zen 4: the same at 24 sequences;
-   Xeon: its 1536x576 matrix, 2 threads, 64 rows 124 against 157 us). The AVX2 kernel reads one
-   group at a time, one stream the hardware prefetches best; the AVX-512 one two (quant.c).
+   Xeon: its 1536x576 matrix, 2 threads, 64 rows 124 against 157 us; 9-16 rows not measured
+   there since 17 became the bound). A group at a time is one stream of memory, which the hardware
+   prefetches best: so the AVX2 kernel reads, and the AVX-512 one for one x row; from two x rows
+   that one reads two groups at once, prefetching (quant.c).
 
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
    and the row tasks of all the weights make one job, one thread-pool round trip. */
@@ -335,7 +337,8 @@ static int convert_x(struct mm *a, int gemm)
 }
 
 /* Q8_0 and Q4_0 weights on AVX512_VNNI: the int8 GEMM, from GEMM_Q8_MIN_ROWS x rows; as Q8_0X8 and
-   Q4_0X8, from GEMM_X8_MIN_ROWS (below it their own kernel, which reads a group once for 16 x rows) */
+   Q4_0X8, from GEMM_X8_MIN_ROWS (below it their own kernel, which brings a group from memory once
+   for up to 16 x rows) */
 static int int8_gemm(enum td_type type, int64_t n)
 {
 #if defined(__x86_64__)

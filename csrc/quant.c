@@ -513,8 +513,11 @@ DOT_4XN(q4_0, 1)
    result is the readable one.
    Two groups are two streams of memory, each a group long (k/32 blocks: 4.9 KB for k = 576) and
    then a jump over the other: the hardware's prefetchers start over at every jump (AMD Zen 4: the
-   LM head of SmolLM2-135M, 28 MB, one x row, 2 threads, read at 24-34 GB/s against 65-87 in one
-   stream), so each block prefetches the same block of the next pair. */
+   LM head of SmolLM2-135M, 28 MB, read at 24-34 GB/s against 65-87 in one stream, one x row), so
+   each block prefetches the same block of the pair after this one (the rows of the task after
+   this one in matmul.c, mostly the same thread's next). Zen 4, 2 threads: 8 decoding sequences of
+   SmolLM2-135M q8_0 629-679 -> 919-1038 t/s. Not measured on a Xeon, where an earlier prefetch
+   (a fixed distance ahead in each stream) gained nothing. */
 TD_AVX512_VNNI TD_INLINE void x8_tile_avx512(const int q4, const int NX, int64_t k, const char *ga, const char *gb,
                                              int pair, const char *vx, int64_t x_bytes, float *y, int64_t ldy)
 {
@@ -561,8 +564,9 @@ TD_AVX512_VNNI TD_INLINE void x8_tile_avx512(const int q4, const int NX, int64_t
 
 /* One x row (decoding one sequence) reads as fast as memory lets it, and then one stream is what
    keeps memory busy: a group at a time (the groups lie one after the other), in 256-bit registers,
-   as x8_tile_avx512 does each of its halves (the same sums: the same results). On Zen 4, 2 threads:
-   SmolLM2-135M q8_0 decode 213-241 t/s against 145-154 by pairs of groups (150-205 prefetching). */
+   as x8_tile_avx512 does each of its halves (the same sums: the same results). On Zen 4, 2 threads,
+   SmolLM2-135M decode against pairs of groups with no prefetch: q8_0 177-183 t/s against 128-142,
+   q4_0 299-335 against 175-186 (pairs prefetching the next pair made q8_0 150-182). */
 TD_AVX512_VNNI TD_INLINE void x8_row_avx512(const int q4, int64_t k, const char *g, const block_q8_0v *xb, float *y)
 {
     const __m256i low = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);

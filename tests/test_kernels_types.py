@@ -279,7 +279,7 @@ def test_x8_within_the_bounds_of_its_rows(level, name, n, k, groups, seed):
 
 
 @pytest.mark.parametrize("name", X8)
-@pytest.mark.parametrize("n", [1, 2, 5, 8, 16, 17])
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 9, 13, 16, 17])
 def test_x8_kernel_is_the_readable_one_bit_for_bit(level, name, n):
     """Each SIMD path's X8 kernel gives, to the bit, what the plain C one (quant.c, x8_vec_dot_ref:
     ggml's reference order with one fma a block) gives, for every row whatever rows came with it;
