@@ -8,12 +8,14 @@
 
 int td_simd = TD_SIMD_C;
 int td_simd_ext = 0;
+int td_amd = 0;
 static int td_simd_max = TD_SIMD_C; /* best level this CPU (and OS) supports */
 
 __attribute__((constructor)) static void td_detect_simd(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
+    td_amd = __builtin_cpu_is("amd");
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         td_simd_max = TD_SIMD_AVX2;
     if (td_simd_max == TD_SIMD_AVX2 && __builtin_cpu_supports("avx512f"))

@@ -20,8 +20,10 @@
 #define ONE_X_RW (VL == 4 ? FEW_RW : 1)
 /* several x rows: the first x tile also brings in the next group line by line as it reads this one
    (AVX-512, Xeon: SmolLM2-135M f32 decoding 2 / 4 / 8 sequences 92 / 171 / 339 -> 129 / 231 / 395
-   t/s; the group two ahead prefetched a slice a tile alone left the memory idle in 1-tile passes) */
-#define FIRST_TILE_AHEAD (VL == 16)
+   t/s; the group two ahead prefetched a slice a tile alone left the memory idle in 1-tile passes).
+   Not on AMD: on Zen 4 with AVX-512 the 4 more streams cost more than they bring (the same 2 / 4 / 8
+   sequences 77-85 / 149-157 / 268-282 with them, 92-98 / 175-188 / 331-357 without) */
+#define FIRST_TILE_AHEAD (VL == 16 && !td_amd)
 
 #include "dot_isa.h"
 
