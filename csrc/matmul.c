@@ -7,8 +7,10 @@
    rows already in L1 (8 rows cost 1.7 decode steps instead of 1.3: SmolLM2-135M's matrices, 2
    threads, AVX-512, prefetching the next four rows during the first x tile). Spreading the
    prefetch of the group two ahead over every x tile made 4 sequences of SmolLM2-135M f32 decode
-   1.28x faster, 8 1.12-1.17x (AVX2, Zen 4). Each product is summed as vec_dot_f32 sums it, so a
-   row's result does not depend on the rows that came with it. Threads split the weight rows.
+   1.28x faster, 8 1.12-1.17x (AVX2, Zen 4). On AMD the first x tile does not prefetch, and one x
+   row (on AVX2 everywhere) takes its weight rows one at a time: one stream (matmul_isa.h). Each
+   product is summed as vec_dot_f32 sums it, so a row's result does not depend on the rows that
+   came with it. Threads split the weight rows.
 
    Many x rows is compute bound, done BLIS style: NR weight rows x KC columns are packed
    transposed into wp[KC][NR] (L1-sized), then an MR x NR register tile sweeps down the x rows:

@@ -10,19 +10,20 @@
    SmolLM2-135M f32 decode 1.4x faster (AVX2, Zen 4) */
 #define FEW_RW (REGS == 32 ? 4 : 3)
 #define FEW_RX 4
-/* one x row (decoding one sequence): weight rows a tile. On x86 one row at a time, a single stream
-   of memory: stories42M f32 decodes at 1.8x the 4-row tiles' pace on an EPYC (Zen 4, AVX2), whose
-   prefetchers serve one long stream better than four short ones; AVX-512 on Zen 4 (with the row's
-   sums in 256-bit halves, dot_tile): SmolLM2-135M f32 40-43 -> 60-79 t/s, stories42M 118-125 ->
-   191-254 (AVX2 in the same runs: 60-82 and 191-268). On a Xeon 4 rows with
-   one zmm chain had beaten one row (measured); one row in halves was not measured there. NEON:
-   FEW_RW (not measured) */
-#define ONE_X_RW (VL == 4 ? FEW_RW : 1)
+/* one x row (decoding one sequence): weight rows a tile. On AVX2, and on AVX-512 on AMD, one row at a
+   time, a single stream of memory: stories42M f32 decodes at 1.8x the 4-row tiles' pace on an EPYC
+   (Zen 4, AVX2), whose prefetchers serve one long stream better than four short ones; on Zen 4 with
+   AVX-512 (the row's sums in 256-bit halves, dot_tile) SmolLM2-135M f32 40-43 -> 60-79 t/s,
+   stories42M 118-125 -> 191-254 (AVX2 in the same runs: 60-82 and 191-268). Elsewhere FEW_RW: the
+   Xeon's AVX-512 (4 rows beat one 512-bit chain, measured; one row in halves not measured there),
+   plain C and NEON (not measured). Zen 5 was not measured either. */
+#define ONE_X_RW (VL == 8 || (VL == 16 && td_amd) ? 1 : FEW_RW)
 /* several x rows: the first x tile also brings in the next group line by line as it reads this one
    (AVX-512, Xeon: SmolLM2-135M f32 decoding 2 / 4 / 8 sequences 92 / 171 / 339 -> 129 / 231 / 395
    t/s; the group two ahead prefetched a slice a tile alone left the memory idle in 1-tile passes).
    Not on AMD: on Zen 4 with AVX-512 the 4 more streams cost more than they bring (the same 2 / 4 / 8
-   sequences 77-85 / 149-157 / 268-282 with them, 92-98 / 175-188 / 331-357 without) */
+   sequences 77-85 / 149-157 / 268-282 with them, 92-98 / 175-188 / 331-357 without; Zen 5 not
+   measured) */
 #define FIRST_TILE_AHEAD (VL == 16 && !td_amd)
 
 #include "dot_isa.h"
@@ -44,14 +45,16 @@ TARGET TD_INLINE void ISA(dot_tile)(const float *x, const float *w, int64_t k, f
     int64_t p = 0;
 #if VL == 16 && defined(__x86_64__)
     /* one x row by one weight row, as two 256-bit halves of the vector of partial sums (lane for
-       lane the same sums): streaming from memory on Zen 4 it outruns the one 512-bit chain 1.2-1.4x */
+       lane the same sums, written as the loop below writes them, so that they fuse into FMAs
+       exactly where its do): streaming from memory on Zen 4 it outran the one 512-bit chain
+       (SmolLM2-135M f32 decode, one row at a time: 44-47 -> 54-67 t/s) */
     if (rx == 1 && rw == 1) {
-        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        vf8 lo = {0}, hi = {0};
         for (; p + VL <= k; p += VL) {
-            lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + p), _mm256_loadu_ps(w + p), lo);
-            hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + p + 8), _mm256_loadu_ps(w + p + 8), hi);
+            lo += load_vf8(x + p) * load_vf8(w + p);
+            hi += load_vf8(x + p + 8) * load_vf8(w + p + 8);
         }
-        acc[0][0] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+        acc[0][0] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     }
 #endif
     for (; p + VL <= k; p += VL) {
@@ -94,7 +97,7 @@ TARGET TD_INLINE void ISA(dot_tiles)(const float *x, const float *w, int64_t k, 
    rows at a time, read from memory once and kept in L1 while the x rows pass by FEW_RX at a time.
    Several x rows: each x tile prefetches a slice of the group two ahead (matmul.c), but the first
    where FIRST_TILE_AHEAD: the tile itself prefetches the next group as it goes; one x row: nothing
-   (one row at a time), or the same (NEON's 4-row tiles) */
+   (one row at a time), or the same (tiles of FEW_RW rows) */
 TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
 {
     const struct mm *a = ctx;
@@ -110,7 +113,7 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
             int rx = a->n - i < FEW_RX ? (int)(a->n - i) : FEW_RX;
             float s[FEW_RX * FEW_RW];
             const float *w = (const float *)a->w + j * k;
-            const int in_tile = i == 0 && rw == FEW_RW && (a->n == 1 || FIRST_TILE_AHEAD); /* NEON: one x row too */
+            const int in_tile = i == 0 && rw == FEW_RW && (a->n == 1 || FIRST_TILE_AHEAD); /* FEW_RW-row tiles: one x row too */
             if (!in_tile)
                 prefetch_next(&next, slice);
             if (in_tile) /* two copies, so that the other's prefetch test folds away */
