@@ -19,8 +19,8 @@ The machine and the step are measured by turns, --rounds times: each round's rat
 its own roofline) is printed, then the best step over the best roofline (a neighbour's load on a
 shared machine slows both, but not always in the same seconds).
 """
-import dataclasses
 import argparse
+import dataclasses
 import time
 
 import numpy as np
