@@ -47,7 +47,6 @@
 
 #define KC 256 /* k per packed panel */
 #define ROWS_PER_TASK 16
-#define GEMM_MIN_ROWS 16 /* below this many x rows, the register tiles beat packing the weights */
 #define GEMM_16BIT_MIN_ROWS 4 /* f16 / bf16: the tiles widen a weight row once per x row, the GEMM once */
 #define GEMM_Q8_MIN_ROWS 4 /* the int8 GEMM's panels are bytes, cheap to pack: it wins from 3-4 rows */
 #define GEMM_X8_MIN_ROWS 17 /* Q8_0X8 / Q4_0X8 on AVX512_VNNI: two of their kernel's tiles of 8 x rows */
@@ -355,7 +354,14 @@ static int int8_gemm(enum td_type type, int64_t n)
 #endif
 }
 
-/* the f32 GEMM (typed weights widened to f32), from GEMM_MIN_ROWS x rows (f16 and bf16 from
+/* below this many x rows the f32 register tiles beat packing the weights for the GEMM: 16, and on
+   AMD 33 (a GEMM panel packs 32 weight rows at once, 32 streams of memory, which Zen 4's
+   prefetchers serve worst: SmolLM2-135M f32 decoding 16 / 24 / 32 sequences 291-309 / 376-390 /
+   428-437 t/s through the GEMM, 445-465 / 478-494 / 454-479 through the tiles; at 48 they are
+   even, at 128 the GEMM is 1.15x). The Xeon's 16 was not remeasured. */
+int64_t td_gemm_min_rows(void) { return td_amd ? 33 : 16; }
+
+/* the f32 GEMM (typed weights widened to f32), from td_gemm_min_rows() x rows (f16 and bf16 from
    GEMM_16BIT_MIN_ROWS: a SmolLM2-135M-shaped bf16 model decodes 8 sequences 1.3-1.6x faster so,
    4 at 1.1-1.25x, AVX2); never the X8 types, whose int8 kernels beat it at any n (pp512 2.5k
    against 2.2k t/s, stories42M Q4_0, AVX2) */
@@ -363,7 +369,7 @@ static int f32_gemm(enum td_type type, int64_t n)
 {
     if (type == TD_F16 || type == TD_BF16)
         return n >= GEMM_16BIT_MIN_ROWS;
-    return n >= GEMM_MIN_ROWS && (type == TD_F32 || td_type_traits(type)->rows == 1);
+    return n >= td_gemm_min_rows() && (type == TD_F32 || td_type_traits(type)->rows == 1);
 }
 
 struct mms {
@@ -416,7 +422,7 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
         memset(y, 0, sizeof(float) * n * m);
         return;
     }
-    if (n < GEMM_MIN_ROWS)
+    if (n < td_gemm_min_rows())
         td_parallel_for(TD_PICK(matmul_kernels)->rows, &a, (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK,
                         2.0 * ROWS_PER_TASK * k * n);
     else

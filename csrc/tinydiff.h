@@ -32,6 +32,9 @@ int td_get_simd_ext(void);
 /* y[n,m] = x[n,k] @ w[m,k]^T   (w in HF layout: out_features x in_features) */
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m);
 
+/* the x rows from which f32 weights go through the GEMM instead of register tiles (this CPU's) */
+int64_t td_gemm_min_rows(void);
+
 /* weight types: f32, or stored as quant.h has them: f16 and bf16 w[m,k], Q8_0 and Q4_0 w[m,k/32]
    blocks (k % 32 == 0), and Q8_0X8 and Q4_0X8: their rows interleaved 8 at a time, w[m/8,k/32]
    groups of blocks (m % 8 == 0) */

@@ -71,24 +71,26 @@ def test_matmul_strided_and_wrong_types(n, k, m, seed):
 
 @given(k=st.one_of(ODD, st.integers(250, 600)), m=st.integers(1, 40), seed=st.integers(0, 99))
 def test_matmul_few_rows_do_not_depend_on_their_company(level, k, m, seed):
-    """Below the GEMM's 16 rows, x rows pass the weights in register tiles of several rows; each
-    product is summed as one row alone sums it, so a row's result is bit for bit the same
-    whichever rows (and how many) came with it: a block of a block-diffusion pass gives what
+    """Below the GEMM's 16 rows (33 on AMD), x rows pass the weights in register tiles of several
+    rows; each product is summed as one row alone sums it, so a row's result is bit for bit the
+    same whichever rows (and how many) came with it: a block of a block-diffusion pass gives what
     its positions give one at a time."""
-    x, w = data(seed, 15, k), data(seed + 1, m, k)
-    alone = np.stack([K.matmul(x[i:i + 1], w)[0] for i in range(15)])
-    for n in range(1, 16):
+    few = K.gemm_min_rows() - 1
+    x, w = data(seed, few, k), data(seed + 1, m, k)
+    alone = np.stack([K.matmul(x[i:i + 1], w)[0] for i in range(few)])
+    for n in range(1, few + 1):
         np.testing.assert_array_equal(K.matmul(x[:n], w), alone[:n])
 
 
 @given(k=st.one_of(ODD, st.integers(250, 600)), m=st.integers(1, 40), seed=st.integers(0, 99))
 def test_gemm_rows_do_not_depend_on_their_tile(level, k, m, seed):
-    """From 16 rows the GEMM cuts x into tiles of 6 (12 with AVX-512), 4 and 1-3 rows, and where
-    a cut would leave 1 or 2 rows it takes 4 + 3 or 4 + 4 instead; every tile sums a row as the
-    others do, so each row is the same to the bit whichever n it came in."""
-    x, w = data(seed, 40, k), data(seed + 1, m, k)
+    """From 16 rows (33 on AMD) the GEMM cuts x into tiles of 6 (12 with AVX-512), 4 and 1-3
+    rows, and where a cut would leave 1 or 2 rows it takes 4 + 3 or 4 + 4 instead; every tile sums
+    a row as the others do, so each row is the same to the bit whichever n it came in."""
+    first = K.gemm_min_rows()
+    x, w = data(seed, first + 24, k), data(seed + 1, m, k)
     whole = K.matmul(x, w)
-    for n in range(16, 40):
+    for n in range(first, first + 24):
         np.testing.assert_array_equal(K.matmul(x[:n], w), whole[:n])
 
 

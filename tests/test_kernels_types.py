@@ -10,9 +10,9 @@ Two checks per call, with bounds derived, not tuned:
   converting x may cost, |x - x'| <= 0.57 d_x per number for Q8_0 (half a step, and d_x's f16
   rounding over 127 steps), 2^-8 |x| for bf16. This catches an x converted wrong in both the
   kernels and matmul_exact.
-Sizes: n = 1, n below the GEMM thresholds (4 rows for the int8 GEMM and f16/bf16, 16 for the others),
-above; k a multiple of 32 for the block types (32 included; 288 and more cross a 256-number panel);
-m odd and across the 32-row panels.
+Sizes: n = 1, n below the GEMM thresholds (4 rows for the int8 GEMM and f16/bf16, 16 for the
+others, 33 on AMD), above; k a multiple of 32 for the block types (32 included; 288 and more cross
+a 256-number panel); m odd and across the 32-row panels.
 """
 import threading
 
@@ -135,7 +135,7 @@ def test_gemm_panels_packed_in_registers_as_row_by_row(level, name, n):
 
 
 @pytest.mark.parametrize("name", ["f16", "bf16"])
-@pytest.mark.parametrize("n,k", [(16, 7), (20, 256), (47, 300), (64, 520)])
+@pytest.mark.parametrize("n,k", [(33, 7), (40, 256), (47, 300), (64, 520)])   # the f32 GEMM's rows
 def test_gemm_of_16bit_weights_is_the_f32_gemm_of_them_widened(level, name, n, k):
     """f16 and bf16 widen to f32 exactly, so their GEMM (the AVX2 one widens inside its panel
     transpose, matmul.c) is the f32 GEMM of the widened weights, bit for bit, at any k and m."""

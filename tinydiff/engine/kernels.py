@@ -222,6 +222,12 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
     return outs
 
 
+def gemm_min_rows():
+    """The x rows from which f32 weights go through the GEMM (below them, register tiles whose
+    rows do not depend on their company): 16, or 33 on AMD (matmul.c)."""
+    return lib.td_gemm_min_rows()
+
+
 def interleaved(w):
     """w as the matmul reads it fastest on this CPU: a Q8_0 or Q4_0 matrix with rows in eights
     repacked into Q8_0X8 or Q4_0X8 (a copy, made once at load) where the SIMD path's kernels want
