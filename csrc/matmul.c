@@ -37,8 +37,8 @@
    the int8 GEMM, its panels copied from the groups, outruns it (Zen 4: the same at 24 sequences;
    Xeon: its 1536x576 matrix, 2 threads, 64 rows 124 against 157 us; 9-16 rows not measured
    there since 17 became the bound). A group at a time is one stream of memory, which the hardware
-   prefetches best: so the AVX2 kernel reads, and the AVX-512 one for one x row; from two x rows
-   that one reads two groups at once, prefetching (quant.c).
+   prefetches best: the AVX2 kernel reads so, and the AVX-512 one for one x row; from two x rows
+   the AVX-512 one reads two groups at once and prefetches the next two (quant.c).
 
    td_matmuls does several matmuls of one x (q/k/v, gate/up): with few x rows, x is converted once
    and the row tasks of all the weights make one job, one thread-pool round trip. */

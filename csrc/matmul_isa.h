@@ -113,7 +113,7 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
             int rx = a->n - i < FEW_RX ? (int)(a->n - i) : FEW_RX;
             float s[FEW_RX * FEW_RW];
             const float *w = (const float *)a->w + j * k;
-            const int in_tile = i == 0 && rw == FEW_RW && (a->n == 1 || FIRST_TILE_AHEAD); /* FEW_RW-row tiles: one x row too */
+            const int in_tile = i == 0 && rw == FEW_RW && (a->n == 1 || FIRST_TILE_AHEAD);
             if (!in_tile)
                 prefetch_next(&next, slice);
             if (in_tile) /* two copies, so that the other's prefetch test folds away */

@@ -20,9 +20,9 @@ beyond that raises Busy (the server answers 503).
 A request's tokens are those it would get alone: its own Sampler and seed, its own pages and
 positions; tests/test_serve.py checks it token for token (decoding/generate.py's decode_batch is
 the same loop for a fixed set of prompts). Token for token, not bit for bit: a matmul's rounding
-depends on how many rows share its pass (csrc/matmul.c takes its GEMM from 16 rows, 33 on AMD, its int8 GEMM
-from 4), so a request's logits in a batch can differ from its logits alone in the last bits, and
-a near-tie between two tokens could fall the other way, as in any batching engine.
+depends on how many rows share its pass (csrc/matmul.c takes its GEMM from 16 rows, 33 on AMD,
+its int8 GEMM from 4), so a request's logits in a batch can differ from its logits alone in the
+last bits, and a near-tie between two tokens could fall the other way, as in any batching engine.
 """
 import queue
 import threading
