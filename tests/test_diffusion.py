@@ -18,6 +18,7 @@ from tinydiff.decoding import diffusion as D
 from tinydiff.decoding import sampling as S
 from tinydiff.decoding.diffusion import Denoised, Step
 from tinydiff.decoding.visual import MASK_CHAR, LiveView
+from tinydiff.engine import kernels as K
 from tinydiff.errors import UsageError
 
 V, MASK, EOS = 16, 15, 14
@@ -49,6 +50,7 @@ class Fake:
                                       causal=False, block_size=None,
                                       eos_token_ids=tuple(stop_ids))
         self.rows, self.tokenizer, self.calls, self.weights = rows, tokenizer, [], None
+        self.pool = K.ThreadPool(1)                                    # where the sampler's kernels run
 
     def state(self, n_ctx, batch=1, rows=None):
         return None
@@ -376,6 +378,7 @@ class Recorder:
     def __init__(self, model):
         self.model, self.calls = model.transformer, []
         self.config, self.tokenizer, self.weights = model.config, model.tokenizer, model.weights
+        self.pool = model.pool
 
     def state(self, n_ctx, batch=1, rows=None):
         return self.model.state(n_ctx, batch, rows)

@@ -12,6 +12,7 @@ import tinydiff
 from tinydiff.engine import kernels as K
 from tinydiff.errors import UsageError
 from tinydiff.measure.shapes import random_model
+from tinydiff.model import default_model_path
 
 MODEL = os.path.join(os.path.dirname(__file__), "fixtures", "hf", "llama-gqa")
 PROMPT = list(range(1, 17))
@@ -174,3 +175,22 @@ def test_fork_while_another_pool_is_busy():
     finally:
         stop.set()
         busy.join()
+
+
+@two_cores
+def test_a_denoisers_sampler_runs_on_the_models_pool():
+    """The diffusion sampler's kernels (softmax_stats over every masked row, gumbel_max) run on the
+    model's pool, as its passes do: none reaches the default pool, whose worker would otherwise be
+    woken once a step (three threads on two cores). One run and a batch of two."""
+    mdm = tinydiff.load(default_model_path("diffusion"), threads=2)
+    want = mdm.denoise_ids([1, 2, 3], 32, steps=8, temperature=0.7, seed=3)
+    old = K.get_threads()
+    tinydiff.set_threads(2)
+    try:
+        for together in (False, True):
+            K._default_pool_max_parts(reset=True), mdm.pool._max_parts(reset=True)
+            got = mdm.denoise_ids([[1, 2, 3]] * 2 if together else [1, 2, 3], 32, steps=8, temperature=0.7, seed=3)
+            assert got == ([got[0]] * 2 if together else want) and len(got[0] if together else got) == 32
+            assert (K._default_pool_max_parts(), mdm.pool._max_parts()) == (0, 2)
+    finally:
+        tinydiff.set_threads(old)

@@ -332,7 +332,7 @@ def denoise_steps(transformer, canvas, given, start, options, mask_id, stop_ids)
     state = transformer.state(len(canvas), batch=1 + bool(options.cfg_scale))
     reply = None
     while True:                                                      # run each pass the denoiser asks for
-        item = run.send(reply)
+        item = _send(transformer, run, reply)
         if isinstance(item, Pass):
             reply = transformer.forward(item.ids, state, item.start, item.kv_len, item.mask, item.last_only,
                                         out_rows=item.out_rows)
@@ -362,7 +362,7 @@ def denoise_together(transformer, jobs, mask_id, stop_ids):
     while live:
         asks = {}
         for i in list(live):                                         # each job to its next pass, or its end
-            while not isinstance(item := runs[i].send(replies[i]), (Pass, CanvasPass)):
+            while not isinstance(item := _send(transformer, runs[i], replies[i]), (Pass, CanvasPass)):
                 replies[i] = None
                 yield i, item
                 if isinstance(item, Denoised):
@@ -387,6 +387,14 @@ def denoise_together(transformer, jobs, mask_id, stop_ids):
             at = 0
             for i, o in zip(group, out):
                 replies[i], at = asks[i].shape(logits[at:at + len(o)]), at + len(o)
+
+
+def _send(transformer, run, reply):
+    """The denoiser run's next item for reply, its sampler's kernels (softmax_stats, gumbel_max) on
+    the model's pool as its passes are: on the default pool they woke that pool's worker, asleep
+    since the last step, once a step, and had three threads on two cores. Never held across a yield."""
+    with transformer.pool:
+        return run.send(reply)
 
 
 _Forward = namedtuple("_Forward", "ids start kv_len mask out_rows shape")

@@ -125,6 +125,11 @@ class ThreadPool:
         return lib.td_pool_max_parts(self._c, reset)
 
 
+def _default_pool_max_parts(reset=False):
+    """For tests: ThreadPool._max_parts of the default pool (the one kernels run on outside a `with`)."""
+    return lib.td_pool_max_parts(ffi.NULL, reset)
+
+
 def _max_busy_pools(reset=False):
     """For tests: the most pools (the default one included) running a job at the same moment
     since the last reset."""
