@@ -96,9 +96,16 @@ TD_INLINE int64_t ahead_slice(const struct ahead *a, int64_t slices)
     return slices <= 1 ? a->rows * a->lines : (a->rows * a->lines + slices - 1) / slices;
 }
 
-/* the bytes of weight rows j0..j0+rows, numbers p0..p0+kc, as a region to prefetch */
+/* a's weights are panels made at load (F32P, F16P, BF16P) */
+TD_INLINE int stored_panels(const struct mm *a) { return a->tt && a->tt->rows == TD_PANEL; }
+
+/* the bytes of weight rows j0..j0+rows, numbers p0..p0+kc, as a region to prefetch (of a stored
+   panel: the panel's k chunk, one run of bytes) */
 static struct ahead weights_ahead(const struct mm *a, int64_t j0, int64_t rows, int64_t p0, int64_t kc)
 {
+    if (stored_panels(a))
+        return (struct ahead){.w = (const char *)a->w + (j0 * a->k + p0 * TD_PANEL) * a->tt->type_size,
+                              .lines = (kc * TD_PANEL * a->tt->type_size + 63) / 64, .rows = 1};
     const int64_t row_bytes = a->tt ? a->row_bytes : 4 * a->k;
     const int64_t per = a->tt ? a->tt->type_size : 4, blck = a->tt ? a->tt->blck_size : 1; /* bytes a block */
     return (struct ahead){.w = (const char *)a->w + j0 * row_bytes + p0 / blck * per, .row_bytes = row_bytes,
@@ -235,8 +242,9 @@ TD_AVX2 TD_INLINE void transpose_panel_avx2(const char *w, int64_t row_bytes, in
 static int64_t plan_gemm(const struct mm_kernels *kern, struct mm *a)
 {
     /* enough tasks to keep every thread busy: split x rows too when there are few weight panels
-       (no weight rows: no tasks) */
-    int64_t npanels = (a->m + kern->nr - 1) / kern->nr, want = 4 * (int64_t)td_get_threads();
+       (no weight rows: no tasks); a panel is NR weight rows, or a stored one's TD_PANEL */
+    const int64_t width = stored_panels(a) ? TD_PANEL : kern->nr;
+    int64_t npanels = (a->m + width - 1) / width, want = 4 * (int64_t)td_get_threads();
     int64_t nchunks = npanels >= want || !npanels ? 1 : (want + npanels - 1) / npanels;
     int64_t chunk = (a->n + nchunks - 1) / nchunks;
     a->chunk = (chunk + kern->mr - 1) / kern->mr * kern->mr;
@@ -367,6 +375,8 @@ int64_t td_gemm_min_rows(void) { return td_amd ? 33 : 16; }
    against 2.2k t/s, stories42M Q4_0, AVX2) */
 static int f32_gemm(enum td_type type, int64_t n)
 {
+    if (type == TD_F32P || type == TD_F16P || type == TD_BF16P) /* only the GEMM reads them */
+        return 1;
     if (type == TD_F16 || type == TD_BF16)
         return n >= GEMM_16BIT_MIN_ROWS;
     return n >= td_gemm_min_rows() && (type == TD_F32 || td_type_traits(type)->rows == 1);

@@ -145,16 +145,17 @@ TARGET TD_INLINE void ISA(pack_w)(const float *w, int64_t k, int64_t cols, int64
 #endif
 }
 
-/* y[0:mr, 0:NR] (+)= x[0:mr, 0:kc] @ wp[kc][NR]; x rows ldx apart, y rows ldy apart.
-   mr is a constant (MR or MR_REST) after inlining, so acc lives in registers. */
-TARGET TD_INLINE void ISA(gemm_tile)(const float *x, int64_t ldx, const float *wp, int64_t kc,
+/* y[0:mr, 0:NR] (+)= x[0:mr, 0:kc] @ wp[kc][NR]; x rows ldx apart, wp rows ldw (NR, or a stored
+   panel's TD_PANEL), y rows ldy. mr is a constant (MR or MR_REST) after inlining, so acc lives in
+   registers. */
+TARGET TD_INLINE void ISA(gemm_tile)(const float *x, int64_t ldx, const float *wp, int64_t ldw, int64_t kc,
                                      float *y, int64_t ldy, int add, const int mr)
 {
     VEC acc[MR][2];
     for (int r = 0; r < mr; r++)
         acc[r][0] = acc[r][1] = (VEC){0};
     for (int64_t p = 0; p < kc; p++) {
-        VEC b0 = vload(wp + p * NR), b1 = vload(wp + p * NR + VL);
+        VEC b0 = vload(wp + p * ldw), b1 = vload(wp + p * ldw + VL);
         for (int r = 0; r < mr; r++) {
             float xv = x[r * ldx + p];
             acc[r][0] += xv * b0;
@@ -171,8 +172,8 @@ TARGET TD_INLINE void ISA(gemm_tile)(const float *x, int64_t ldx, const float *w
 }
 
 /* a tile cut by the matrix edge (rows < mr or cols < NR): run it on zero-padded copies */
-TARGET TD_INLINE void ISA(gemm_edge)(const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
-                                     int64_t ldy, int add, int64_t rows, int64_t cols, const int mr)
+TARGET TD_INLINE void ISA(gemm_edge)(const float *x, int64_t ldx, const float *wp, int64_t ldw, int64_t kc,
+                                     float *y, int64_t ldy, int add, int64_t rows, int64_t cols, const int mr)
 {
     float xt[MR * KC]; /* [mr][kc] the x rows, zero below rows */
     float yt[MR * NR]; /* [mr][NR] the y tile */
@@ -181,15 +182,15 @@ TARGET TD_INLINE void ISA(gemm_edge)(const float *x, int64_t ldx, const float *w
         memcpy(xt + r * kc, x + r * ldx, sizeof(float) * kc);
     for (int64_t r = 0; r < rows && add; r++)
         memcpy(yt + r * NR, y + r * ldy, sizeof(float) * cols);
-    ISA(gemm_tile)(xt, kc, wp, kc, yt, NR, add, mr);
+    ISA(gemm_tile)(xt, kc, wp, ldw, kc, yt, NR, add, mr);
     for (int64_t r = 0; r < rows; r++)
         memcpy(y + r * ldy, yt + r * NR, sizeof(float) * cols);
 }
 
 /* y[0:rows, 0:cols] (+)= x[0:rows, 0:kc] @ wp: MR-row tiles, then MR_REST-row tiles, then one of the
    1 to MR_REST - 1 rows left; only a panel cut by the matrix edge (cols < NR) goes through copies */
-TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
-                                     int64_t ldy, int add, int64_t rows, int64_t cols, struct ahead *next)
+TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *wp, int64_t ldw, int64_t kc,
+                                     float *y, int64_t ldy, int add, int64_t rows, int64_t cols, struct ahead *next)
 {
     int64_t i = 0;
     /* the MR tiles stop one early where they would leave 1 or 2 rows that MR more can cut into
@@ -203,20 +204,20 @@ TARGET TD_INLINE void ISA(gemm_rows)(const float *x, int64_t ldx, const float *w
         prefetch_next(next, slice);
     for (; i < mr_rows && cols == NR; i += MR) {
         prefetch_next(next, slice); /* a slice of the next panel's lines per tile */
-        ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, MR);
+        ISA(gemm_tile)(x + i * ldx, ldx, wp, ldw, kc, y + i * ldy, ldy, add, MR);
     }
     for (; i + MR_REST <= rows && cols == NR; i += MR_REST)
-        ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, MR_REST);
+        ISA(gemm_tile)(x + i * ldx, ldx, wp, ldw, kc, y + i * ldy, ldy, add, MR_REST);
     if (i < rows && cols == NR) {
         switch (rows - i) { /* a constant tile height each */
-#define TILE(r) case r: ISA(gemm_tile)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, r); return;
+#define TILE(r) case r: ISA(gemm_tile)(x + i * ldx, ldx, wp, ldw, kc, y + i * ldy, ldy, add, r); return;
         TILE(1) TILE(2) TILE(3)
 #undef TILE
         }
     }
     for (; i < rows; i += MR_REST) {
         int64_t r = rows - i < MR_REST ? rows - i : MR_REST;
-        ISA(gemm_edge)(x + i * ldx, ldx, wp, kc, y + i * ldy, ldy, add, r, cols, MR_REST);
+        ISA(gemm_edge)(x + i * ldx, ldx, wp, ldw, kc, y + i * ldy, ldy, add, r, cols, MR_REST);
     }
 }
 
@@ -243,29 +244,64 @@ TARGET TD_INLINE void ISA(pack_w_typed)(const struct mm *a, int64_t j0, int64_t 
     ISA(pack_w)(wt, KC, cols, kc, wp);
 }
 
-/* tasks [b, e): task t is weight panel t / nchunks (NR rows of w) times x row chunk t % nchunks */
+/* wp[kc][NR] = columns c0..c0+NR of the k chunk of a stored f16 or bf16 panel (TD_PANEL numbers a
+   row; row_type TD_F16 or TD_BF16), widened to f32: only the columns one sweep of the tiles reads,
+   so that wp is as small as a packed panel (AVX2: 16 KB, not 32) */
+TARGET TD_INLINE void ISA(widen_panel)(const char *chunk, const enum td_type row_type, int64_t c0, int64_t kc,
+                                       float *wp)
+{
+    for (int64_t p = 0; p < kc; p++) {
+        const char *row = chunk + (p * TD_PANEL + c0) * 2;
+#if VL == 16 && defined(__x86_64__)
+        _mm512_storeu_ps(wp + p * NR, load16_avx512(row, 0, row_type));
+        _mm512_storeu_ps(wp + p * NR + 16, load16_avx512(row, 16, row_type));
+#elif VL == 8 && defined(__x86_64__)
+        _mm256_storeu_ps(wp + p * NR, load8_avx2(row, 0, row_type));
+        _mm256_storeu_ps(wp + p * NR + 8, load8_avx2(row, 8, row_type));
+#else
+        for (int64_t c = 0; c < NR; c++)
+            wp[p * NR + c] = load1(row, c, row_type);
+#endif
+    }
+}
+
+/* tasks [b, e): task t is weight panel t / nchunks times x row chunk t % nchunks; a panel is NR
+   weight rows, packed here a k chunk at a time, or a stored panel's TD_PANEL (F32P, F16P, BF16P),
+   swept NR columns at a time: read as it is (f32), or those columns widened (f16, bf16) */
 TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
 {
     const struct mm *a = ctx;
     float wp[KC * NR] __attribute__((aligned(64))); /* [KC][NR] packed weight panel */
     int64_t n = a->n, k = a->k, m = a->m;
+    const int stored = stored_panels(a);
+    const int64_t width = stored ? TD_PANEL : NR;
+    const enum td_type row_type = a->type == TD_BF16P ? TD_BF16 : TD_F16; /* of a stored 16-bit panel */
     for (int64_t t = b; t < e; t++) {
-        int64_t j0 = t / a->nchunks * NR, cols = m - j0 < NR ? m - j0 : NR;
+        int64_t j0 = t / a->nchunks * width, cols = m - j0 < width ? m - j0 : width;
         int64_t i0 = t % a->nchunks * a->chunk, i1 = i0 + a->chunk < n ? i0 + a->chunk : n;
         for (int64_t p0 = 0; p0 < k; p0 += KC) {
             int64_t kc = k - p0 < KC ? k - p0 : KC;
-            if (a->tt)
-                ISA(pack_w_typed)(a, j0, cols, p0, kc, wp);
-            else
-                ISA(pack_w)((const float *)a->w + j0 * k + p0, k, cols, kc, wp);
             struct ahead next = {0}; /* the weights the next k chunk, or the next task's panel, reads */
-            int64_t jn = (t + 1) / a->nchunks * NR;
+            int64_t jn = (t + 1) / a->nchunks * width;
             if (p0 + KC < k)
                 next = weights_ahead(a, j0, cols, p0 + KC, k - p0 - KC < KC ? k - p0 - KC : KC);
             else if (t + 1 < e && jn != j0)
-                next = weights_ahead(a, jn, m - jn < NR ? m - jn : NR, 0, k < KC ? k : KC);
-            ISA(gemm_rows)(a->x + i0 * k + p0, k, wp, kc, a->y + i0 * m + j0, m, p0 > 0 || a->acc, i1 - i0, cols,
-                           &next);
+                next = weights_ahead(a, jn, m - jn < width ? m - jn : width, 0, k < KC ? k : KC);
+            const char *chunk = stored ? (const char *)a->w + (j0 * k + p0 * TD_PANEL) * a->tt->type_size : NULL;
+            for (int64_t c = 0; c < cols; c += NR) { /* one sweep unless stored; the first prefetches next */
+                const float *panel = wp;
+                int64_t ldw = NR;
+                if (!stored && a->tt)
+                    ISA(pack_w_typed)(a, j0, cols, p0, kc, wp);
+                else if (!stored)
+                    ISA(pack_w)((const float *)a->w + j0 * k + p0, k, cols, kc, wp);
+                else if (a->type == TD_F32P)
+                    panel = (const float *)chunk + c, ldw = TD_PANEL;
+                else
+                    ISA(widen_panel)(chunk, row_type, c, kc, wp);
+                ISA(gemm_rows)(a->x + i0 * k + p0, k, panel, ldw, kc, a->y + i0 * m + j0 + c, m, p0 > 0 || a->acc,
+                               i1 - i0, cols - c < NR ? cols - c : NR, &next);
+            }
         }
     }
 }

@@ -29,6 +29,26 @@ TD_INLINE int q4_0x8_quant(const block_q4_0x8 *b, int lane, int j) /* nibble - 8
     return (j < 16 ? byte & 15 : byte >> 4) - 8;
 }
 
+/* ---- F32P, F16P and BF16P (quant.h): row `lane` of a panel, numbers p TD_PANEL apart ---- */
+
+static void f32p_to_float_lane(const void *w, int lane, float *y, int64_t k)
+{
+    for (int64_t p = 0; p < k; p++)
+        y[p] = ((const float *)w)[p * TD_PANEL + lane];
+}
+
+static void f16p_to_float_lane(const void *w, int lane, float *y, int64_t k)
+{
+    for (int64_t p = 0; p < k; p++)
+        y[p] = fp16_to_fp32(((const td_fp16_t *)w)[p * TD_PANEL + lane]);
+}
+
+static void bf16p_to_float_lane(const void *w, int lane, float *y, int64_t k)
+{
+    for (int64_t p = 0; p < k; p++)
+        y[p] = bf16_to_fp32(((const td_bf16_t *)w)[p * TD_PANEL + lane]);
+}
+
 /* to_float_lane and vec_dot_8xn (quant.h) of each type, written once: q4 a constant after inlining */
 TD_INLINE void x8_to_float_lane(const int q4, const void *w, int lane, float *y, int64_t k)
 {

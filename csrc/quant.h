@@ -47,6 +47,13 @@ typedef struct {
                         weights 4h..4h+3 in the low nibbles and 16+4h..16+4h+3 in the high ones */
 } block_q4_0x8;      /* 144 bytes: 8 x 18 */
 
+/* F32P, F16P and BF16P: f32, f16 and bf16 matrices repacked at load (never stored in a file) for
+   a model whose every pass has many rows (masked diffusion), in the f32 GEMM's panels, so that it
+   reads a panel where it would pack one from TD_PANEL rows on every call (matmul.c). Weight row
+   TD_PANEL g + c, number p, is w[g][p][c]: a panel's numbers p of its TD_PANEL rows side by side,
+   in the row type's own bytes (f16 and bf16 are widened where the GEMM would pack them). TD_PANEL
+   (32) is a multiple of every instruction set's NR, the width of the GEMM's register tile. */
+
 /* Q8_0S: an x row for Q4_0X8's AVX2 kernel (made per call, never stored): a Q8_0 block and the
    exact sum of its quants, which Q4_0's offset of 8 takes back (8 . sum); made once per x row, not
    once per group of 8 weight rows the row meets */
@@ -97,7 +104,9 @@ struct type_traits {
     int64_t rows;                 /* weight rows a stored unit interleaves: 8 for the X8 types (whose
                                      blocks are groups: blck_size and type_size say one row's share),
                                      which has to_float_lane and vec_dot_8xn instead of to_float,
-                                     vec_dot and vec_dot_4xn; else 1 */
+                                     vec_dot and vec_dot_4xn; TD_PANEL for the panel types, which
+                                     only the f32 GEMM reads (matmul_isa.h), and to_float_lane gives
+                                     a row of; else 1 */
     to_float_lane_fn to_float_lane;
     vec_dot_8xn_fn vec_dot_8xn;
 };

@@ -387,6 +387,13 @@ static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
                  .vec_dot_4xn = ISA(vec_dot_4xn_q4_0_q8_0),
 #endif
                 },
+    /* panels: only the f32 GEMM reads them, x as it is (never rounded to bf16: no vdpbf16ps path) */
+    [TD_F32P] = {.rows = TD_PANEL, .blck_size = 1, .type_size = 4, .to_float_lane = f32p_to_float_lane,
+                 .x_blck_size = 1, .x_type_size = 4},
+    [TD_F16P] = {.rows = TD_PANEL, .blck_size = 1, .type_size = 2, .to_float_lane = f16p_to_float_lane,
+                 .x_blck_size = 1, .x_type_size = 4},
+    [TD_BF16P] = {.rows = TD_PANEL, .blck_size = 1, .type_size = 2, .to_float_lane = bf16p_to_float_lane,
+                  .x_blck_size = 1, .x_type_size = 4},
     [TD_Q8_0X8] = {.rows = 8, .blck_size = QK8_0, .type_size = sizeof(block_q8_0),
                    .to_float_lane = q8_0x8_to_float_lane, .x_blck_size = QK8_0,
 #if VL == 16 /* quant.c's AVX512_VNNI kernels, x as Q8_0V */

@@ -36,9 +36,12 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
 int64_t td_gemm_min_rows(void);
 
 /* weight types: f32, or stored as quant.h has them: f16 and bf16 w[m,k], Q8_0 and Q4_0 w[m,k/32]
-   blocks (k % 32 == 0), and Q8_0X8 and Q4_0X8: their rows interleaved 8 at a time, w[m/8,k/32]
-   groups of blocks (m % 8 == 0) */
-enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_Q8_0X8, TD_Q4_0X8, TD_NTYPES };
+   blocks (k % 32 == 0), Q8_0X8 and Q4_0X8: their rows interleaved 8 at a time, w[m/8,k/32]
+   groups of blocks (m % 8 == 0), and F32P, F16P and BF16P: f32, f16 and bf16 rows in the GEMM's
+   panels of TD_PANEL, w[m/TD_PANEL,k,TD_PANEL] (m % TD_PANEL == 0; quant.h) */
+enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_Q8_0X8, TD_Q4_0X8, TD_F32P, TD_F16P, TD_BF16P,
+               TD_NTYPES };
+enum { TD_PANEL = 32 };
 
 /* 1 if weights of type (TD_Q8_0 or TD_Q4_0) are best repacked at load into its X8 type for the SIMD
    path in use (the X8 kernel is the faster one there), else 0: the loader asks, once per matrix */

@@ -333,3 +333,87 @@ def test_embedding_of_an_x8_table(name):
 
 def test_simd_extensions():
     assert set(K.simd_extensions()) <= ({"dotprod"} if K.ARM else {"avx512_vnni", "avx512_bf16"})
+
+
+# ---- F32P, F16P and BF16P (quant.h): f32, f16 and bf16 in the GEMM's panels, made at load ----
+
+PANELED = ["f32", "f16", "bf16"]
+
+
+def test_panels_are_their_rows_moved():
+    """quant.panels puts number p of rows 32g..32g+31 side by side in element [g, p]; unpanel takes
+    it back, to the bit; the sizes read through it are the matrix's."""
+    for name in PANELED:
+        q = quant.quantize(data(1, 96, 40), name)
+        p = quant.panels(q)
+        assert p.shape == (3, 40) and quant.type_of(p) == name + "p" and quant.is_panels(p)
+        assert (quant.rows(p), quant.columns(p), quant.bytes_per_weight(p)) == (96, 40, q.itemsize)
+        np.testing.assert_array_equal(quant.dequantize(p)[33, 7], quant.dequantize(q)[33, 7])
+        assert p[p.dtype.names[0]][1, 7, 1:2].tobytes() == q[33, 7:8].tobytes()    # row 33 = 32 * 1 + 1
+        back = quant.unpanel(p)
+        assert back.dtype == q.dtype and back.tobytes() == q.tobytes()
+
+
+@pytest.mark.parametrize("name", PANELED)
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 13, 40, 68])
+def test_panels_give_the_f32_gemm_of_their_numbers_bit_for_bit(level, name, n):
+    """Only the GEMM reads panels, at any number of x rows, x as it is (bf16 panels too: no
+    vdpbf16ps path to agree with), and it gives what it gives for their numbers as f32 rows (which
+    it packs into panels on every call), to the bit: the same products summed in the same order.
+    The rows' GEMM is run among enough rows to take it (a row's result does not depend on its
+    company there). k: less than a k chunk, one, and across chunks; m: three panels, several
+    register tiles wide on AVX2, NEON and plain C. Added to out as a residual too."""
+    for k in (7, 256, 300, 520):
+        x, q = data(n, n, k), quant.quantize(data(n + 1, 96, k), name)
+        p = quant.panels(q)
+        among = np.concatenate([x, data(n + 2, K.gemm_min_rows(), k)])
+        got = K.matmul(x, p)
+        np.testing.assert_array_equal(got, K.matmul(among, quant.dequantize(q))[:n])
+        out = data(n + 3, n, 96)
+        want = out + got
+        K.matmul(x, p, out=out, residual=True)
+        np.testing.assert_array_equal(out, want)
+        q2, q3 = (quant.panels(quant.quantize(data(n + s, 64, k), name)) for s in (4, 5))
+        for a, b in zip(K.matmuls(x, [p, q2, q3]), [got, K.matmul(x, q2), K.matmul(x, q3)]):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", PANELED)
+def test_panels_within_the_bounds_of_their_rows(level, name):
+    """Within the tight bound of check() of the exact products of x as it is and their numbers."""
+    x, w = data(20, 9, 300), data(21, 64, 300)
+    p = quant.panels(quant.quantize(w, name))
+    wd = np.abs(quant.dequantize(p)).astype(np.float64)
+    tight = (300 + 4) * U * (np.abs(x) @ wd.T) + 1e-30
+    assert np.all(np.abs(K.matmul(x, p) - R.matmul_exact(x, p)) <= tight)
+
+
+def test_interleaved_makes_panels_for_models_of_many_rows():
+    """kernels.interleaved(w, panels=True) (a masked-diffusion model's matrices) puts f32, f16 and
+    bf16 matrices of whole panels in panels; without panels it takes panels back to rows (a causal
+    model reads few rows a pass), and leaves other types to their own rules."""
+    for name in PANELED:
+        q = quant.quantize(data(1, 64, 48), name)
+        p = K.interleaved(q, panels=True)
+        assert quant.type_of(p) == name + "p"
+        assert K.interleaved(q[:48], panels=True).dtype == q.dtype            # not whole panels
+        assert K.interleaved(p, panels=True) is p
+        assert K.interleaved(p).tobytes() == q.tobytes() and K.interleaved(p).dtype == q.dtype
+        assert K.interleaved(q) is q
+    q8 = quant.quantize(data(1, 64, 64), "q8_0")
+    assert K.interleaved(q8, panels=True).dtype == K.interleaved(q8).dtype
+
+
+@pytest.mark.parametrize("name", PANELED)
+def test_embedding_of_a_panel_table(name):
+    table = quant.panels(quant.quantize(data(10, 64, 40), name))
+    out = np.empty((3, 40), np.float32)
+    K.embedding(table, np.array([63, 0, 33]), out)
+    np.testing.assert_array_equal(out, quant.dequantize(table)[[63, 0, 33]])
+    with pytest.raises(ValueError, match="outside 0..63"):
+        K.embedding(table, np.array([64]), out[:1])
+
+
+def test_panel_width_is_the_kernels():
+    from tinydiff._kernels import lib
+    assert lib.TD_PANEL == quant.PANEL

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import tinydiff
+from tinydiff.engine.transformer import MATRICES
+from tinydiff.formats import quant
 from tinydiff.model import default_model_path
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -53,6 +55,16 @@ def test_the_two_models_are_twins(ar, mdm):
     assert ar.config.causal and not mdm.config.causal and mdm.config.mask_token_id == 2047
     assert ar.parameter_count() == mdm.parameter_count() == 5_344_512
     assert ar.tokenizer.encode(STORY) == mdm.tokenizer.encode(STORY)
+
+
+def test_the_diffusion_model_reads_its_matrices_in_panels(ar, mdm):
+    """Every pass of a masked-diffusion model has many rows: its matrices are put in the GEMM's
+    panels at load (the head with the embedding it is tied to), the AR twin's stay rows."""
+    w = mdm.weights
+    assert {quant.type_of(getattr(lw, name)) for lw in w.layers for name in MATRICES} == {"bf16p"}
+    assert quant.type_of(w.lm_head) == "bf16p" and w.embed_tokens is w.lm_head
+    assert {quant.type_of(getattr(lw, name)) for lw in ar.weights.layers for name in MATRICES} == {"bf16"}
+    assert mdm.weight_bytes()[0] == {"bf16p": 2 * 5_344_512 - 2 * 256 * 13, "f32": 4 * 256 * 13}
 
 
 def test_the_ar_model_predicts_a_simple_story(ar):

@@ -53,7 +53,8 @@ _rope_qk, _decode_layer, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_decode_layer,
 _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK),
           quant.Q8_0X8: (lib.TD_Q8_0X8, quant.QK),
-          quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK)}  # weight dtype: C type, k per element
+          quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK), quant.F32P: (lib.TD_F32P, 1),
+          quant.F16P: (lib.TD_F16P, 1), quant.BF16P: (lib.TD_BF16P, 1)}  # weight dtype: C type, k per element
 
 
 def _count(n):
@@ -233,12 +234,20 @@ def gemm_min_rows():
     return lib.td_gemm_min_rows()
 
 
-def interleaved(w):
-    """w as the matmul reads it fastest on this CPU: a Q8_0 or Q4_0 matrix with rows in eights
-    repacked into Q8_0X8 or Q4_0X8 (a copy, made once at load) where the SIMD path's kernels want
-    that (AVX2, AVX512_VNNI), anything else as it is."""
-    if (isinstance(w, _ndarray) and w.dtype in quant.X8 and w.ndim == 2 and w.shape[0] % quant.GROUP == 0
-            and lib.td_interleave(_TYPES[w.dtype][0])):
+def interleaved(w, panels=False):
+    """w as the matmul reads it fastest on this CPU (a copy, made once at load, or w itself): a
+    Q8_0 or Q4_0 matrix with rows in eights repacked into Q8_0X8 or Q4_0X8 where the SIMD path's
+    kernels want that (AVX2, AVX512_VNNI); with panels (a model whose passes all have many rows:
+    masked diffusion), an f32, f16 or bf16 one of whole panels of 32 rows into F32P, F16P or BF16P,
+    which the GEMM reads without packing it on every call (csrc/matmul.c); without, one in panels
+    back into rows, which few-row passes read best; anything else as it is."""
+    if not isinstance(w, _ndarray) or w.ndim != 2:
+        return w
+    if quant.is_panels(w) and not panels:
+        return quant.unpanel(w)
+    if panels and w.dtype in quant.PANELS and w.shape[0] % quant.PANEL == 0:
+        return quant.panels(w)
+    if w.dtype in quant.X8 and w.shape[0] % quant.GROUP == 0 and lib.td_interleave(_TYPES[w.dtype][0]):
         return quant.interleave(w)
     return w
 

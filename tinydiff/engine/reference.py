@@ -67,7 +67,7 @@ def matmul_exact(x, w, bf16_x=False):
 
 def _widened(w):
     """A weight array of any type as float32 [m, k]."""
-    if isinstance(w, np.ndarray) and w.dtype != np.float32 and w.dtype in (*quant.TYPES.values(), *quant.X8.values()):
+    if isinstance(w, np.ndarray) and w.dtype in (*quant.TYPES.values(), *quant.MADE_AT_LOAD.values()):
         return quant.dequantize(w)
     return np.asarray(w, np.float32)
 

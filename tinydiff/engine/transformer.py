@@ -31,14 +31,15 @@ from .masks import BIDIRECTIONAL, CAUSAL
 MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def interleaved(weights):
+def interleaved(weights, panels=False):
     """The weights with every matrix the matmul reads as K.interleaved gives it (Q8_0 and Q4_0
-    repacked for the AVX2 and AVX512_VNNI kernels). An embedding tied to the head is repacked with
-    it and read from the one copy (a look-up reads repacked rows as well: the same numbers); an
-    untied embedding, only looked up, stays as it is."""
-    layers = [dataclasses.replace(lw, **{name: K.interleaved(getattr(lw, name)) for name in MATRICES})
+    repacked for the AVX2 and AVX512_VNNI kernels; with panels, for a model whose passes all have
+    many rows, f32, f16 and bf16 in the GEMM's panels). An embedding tied to the head is repacked
+    with it and read from the one copy (a look-up reads repacked rows as well: the same numbers);
+    an untied embedding, only looked up, stays as it is."""
+    layers = [dataclasses.replace(lw, **{name: K.interleaved(getattr(lw, name), panels) for name in MATRICES})
               for lw in weights.layers]
-    head = K.interleaved(weights.lm_head)
+    head = K.interleaved(weights.lm_head, panels)
     embed = head if weights.lm_head is weights.embed_tokens else weights.embed_tokens
     return dataclasses.replace(weights, embed_tokens=embed, layers=layers, lm_head=head)
 
@@ -233,7 +234,7 @@ class Transformer:
         if len(weights.layers) != config.num_hidden_layers:
             raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
                              f"{config.num_hidden_layers}")
-        self.config, self.weights = config, interleaved(weights)
+        self.config, self.weights = config, interleaved(weights, panels=not config.causal)
         self.inv_freq = rope_inv_freq(config)                         # [hd/2]
         self.decode_layers = [K.DecodeLayer(config, lw) for lw in self.weights.layers]
         self.pool = K.ThreadPool(K.get_threads() if threads is None else K.check_threads(threads))

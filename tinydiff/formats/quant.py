@@ -15,10 +15,12 @@ The block layouts are llama.cpp's (ggml-common.h: block_q8_0, block_q4_0), byte 
 GGUF tensor maps onto these arrays without conversion. The rounding rules are ggml's reference
 quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match llama.cpp's.
 
-Two layouts are made at load, never stored: Q8_0X8 and Q4_0X8 [m/8, k/32], Q8_0 and Q4_0 with
+Layouts made at load, never stored: Q8_0X8 and Q4_0X8 [m/8, k/32], Q8_0 and Q4_0 with
 their rows interleaved 8 at a time (csrc/quant.h, block_q8_0x8: d f16[8], qs int8[256], the bytes
 of 8 Q8_0 blocks; block_q4_0x8: d f16[8], qs uint8[128], of 8 Q4_0 blocks), for the AVX2 and
-AVX512_VNNI kernels (interleave; kernels.interleaved decides where).
+AVX512_VNNI kernels (interleave; kernels.interleaved decides where). And F32P, F16P and BF16P
+[m/32, k], f32, f16 and bf16 in the f32 GEMM's panels of 32 rows (csrc/quant.h): element [g, p]
+holds number p of rows 32g..32g+31, for a model whose passes all have many rows (panels).
 """
 import numpy as np
 
@@ -33,11 +35,18 @@ Q8_0X8 = np.dtype([("d", "<f2", 8), ("qs", "i1", 8 * QK)])          # 272 bytes:
 Q4_0X8 = np.dtype([("d", "<f2", 8), ("qs", "u1", 8 * QK // 2)])     # 144 bytes
 X8 = {Q8_0: Q8_0X8, Q4_0: Q4_0X8}                              # row type -> its interleaved type
 GROUP = 8                                                      # rows an X8 element holds
+PANEL = 32                                                     # rows a panel element holds
+F32P = np.dtype([("f32", "<f4", PANEL)])                       # number p of 32 rows: 128 bytes
+F16P = np.dtype([("f16", "<f2", PANEL)])                       # 64 bytes
+BF16P = np.dtype([("bf16", "<u2", PANEL)])                     # 64 bytes
+PANELS = {np.dtype(np.float32): F32P, np.dtype(np.float16): F16P, BF16: BF16P}  # row type -> its panels
+MADE_AT_LOAD = {"q8_0x8": Q8_0X8, "q4_0x8": Q4_0X8, "f32p": F32P, "f16p": F16P, "bf16p": BF16P}
 
 
 def type_of(w):
-    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q8_0x8', 'q4_0x8'."""
-    for name, dt in (*TYPES.items(), ("q8_0x8", Q8_0X8), ("q4_0x8", Q4_0X8)):
+    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', or one made at
+    load: 'q8_0x8', 'q4_0x8', 'f32p', 'f16p', 'bf16p'."""
+    for name, dt in (*TYPES.items(), *MADE_AT_LOAD.items()):
         if w.dtype == dt:
             return name
     raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type ({', '.join(TYPES)})")
@@ -52,6 +61,10 @@ def is_interleaved(w):
     return w.dtype in (Q8_0X8, Q4_0X8)
 
 
+def is_panels(w):
+    return w.dtype in (F32P, F16P, BF16P)
+
+
 def columns(w):
     """k, the number of weights in one row, whatever the storage type."""
     return w.shape[-1] * QK if is_blocked(w) else w.shape[-1]
@@ -59,7 +72,7 @@ def columns(w):
 
 def rows(w):
     """m, the number of rows of a weight matrix, whatever the storage type."""
-    return w.shape[0] * GROUP if is_interleaved(w) else w.shape[0]
+    return w.shape[0] * (GROUP if is_interleaved(w) else PANEL if is_panels(w) else 1)
 
 
 def interleave(w):
@@ -83,19 +96,43 @@ def deinterleave(y):
     return w.reshape(groups * GROUP, nb)
 
 
+def panels(w):
+    """f32, f16 or bf16 [m, k] (m % 32 == 0) -> F32P, F16P or BF16P [m/32, k]: element [g, p] holds
+    number p of rows 32g..32g+31, side by side (csrc/quant.h)."""
+    (m, k), y = w.shape, np.empty((w.shape[0] // PANEL, w.shape[1]), PANELS[w.dtype])
+    y[y.dtype.names[0]] = _numbers(w).reshape(m // PANEL, PANEL, k).transpose(0, 2, 1)   # [g, p, c]
+    return y
+
+
+def unpanel(y):
+    """panels undone: F32P, F16P or BF16P [m/32, k] -> f32, f16 or bf16 [m, k]."""
+    (groups, k), row_type = y.shape, next(t for t, p in PANELS.items() if p == y.dtype)
+    w = np.empty((groups * PANEL, k), row_type)
+    _numbers(w)[...] = y[y.dtype.names[0]].transpose(0, 2, 1).reshape(groups * PANEL, k)
+    return w
+
+
+def _numbers(w):
+    """A float array's numbers as an array of its own (bf16's: uint16)."""
+    return w["bf16"] if w.dtype == BF16 else w
+
+
 def bits_per_weight(name):
     return TYPES[name].itemsize * 8 / (QK if name in ("q8_0", "q4_0") else 1)
 
 
 def bytes_per_weight(w):
-    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0 (and their X8)."""
+    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0 (and their
+    X8 and panels)."""
+    if is_panels(w):
+        return w.itemsize / PANEL
     return w.itemsize / (QK * GROUP if is_interleaved(w) else QK) if is_blocked(w) else w.itemsize
 
 
 def quantize(w, name):
     """The matrix w [m, k] stored as type `name`. Block types need k % 32 == 0. w may already be of
     a weight type: as it is if that is `name`, else its values (dequantized) stored anew."""
-    if isinstance(w, np.ndarray) and w.dtype in (np.float16, BF16, Q8_0, Q4_0, Q8_0X8, Q4_0X8):
+    if isinstance(w, np.ndarray) and w.dtype in (np.float16, BF16, Q8_0, Q4_0, *MADE_AT_LOAD.values()):
         if type_of(w) == name:
             return w
         w = dequantize(w)
@@ -150,6 +187,8 @@ def dequantize(w):
         return (w["bf16"].astype(np.uint32) << 16).view(np.float32)
     if is_interleaved(w):
         return dequantize(deinterleave(w))
+    if is_panels(w):
+        return dequantize(unpanel(w))
     if w.dtype == Q8_0:
         q = w["qs"].astype(np.float32)                                            # [..., k/32, 32]
     elif w.dtype == Q4_0:
