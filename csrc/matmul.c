@@ -18,6 +18,15 @@
    While a panel's tiles run, the weights the next one packs are prefetched a slice per tile
    (struct ahead). Threads split (weight panel, x row chunk) pairs. The kernels are in matmul_isa.h.
 
+   A masked-diffusion model's passes all have many rows, and packing the same weights on every
+   call cost 6-9% of a step of the shipped MDM (Zen 4, AVX-512). Its f32, f16 and bf16 matrices are
+   put in panels at load instead (F32P, F16P, BF16P: quant.h), which only the GEMM reads, at any
+   number of x rows: f32 as they are, f16 and bf16 widened a sweep's NR columns at a time; x is
+   never rounded to bf16 for them (no vdpbf16ps path to agree with). Zen 4, 68 x rows, 2 threads,
+   against the same matrices in rows: AVX-512 1.07-1.09x (f32), 1.15-1.58x (bf16, whose rows round
+   x in a job of its own); AVX2 0.98-1.09x; the shipped MDM's step 4.26-4.51 -> 4.03-4.17 ms
+   (AVX-512), 4.27-4.53 -> 4.12-4.23 (AVX2), three interleaved pairs each.
+
    Other weight types (quant.h): x rows are converted once per call to the type the weights' dot
    product wants. Few x rows: each weight row is dotted with every converted x row by the type's
    vec_dot, reading the weights once in their own type; where the type has a tile (Q8_0 and Q4_0
