@@ -126,6 +126,16 @@ struct mm_kernels {
     int mr, nr; /* gemm register tile: MR x rows by NR output columns */
 };
 
+/* one number of a weight row, as f32 */
+TD_INLINE float load1(const char *row, int64_t p, const enum td_type type)
+{
+    uint16_t h;
+    if (type == TD_F32)
+        return ((const float *)row)[p];
+    memcpy(&h, row + 2 * p, 2);
+    return type == TD_BF16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
+}
+
 #if defined(__x86_64__)
 /* r[16] (16 rows of 16 floats) transposed in registers: unpack 32-bit, 64-bit, then 128-bit lanes */
 TD_AVX512 TD_INLINE void transpose16(__m512 r[16])
@@ -159,16 +169,6 @@ TD_AVX512 TD_INLINE __m512 load16_avx512(const char *row, int64_t p, const enum 
         return _mm512_loadu_ps((const float *)row + p);
     __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * p));
     return type == TD_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
-}
-
-/* one number of a weight row, as f32 */
-TD_INLINE float load1(const char *row, int64_t p, const enum td_type type)
-{
-    uint16_t h;
-    if (type == TD_F32)
-        return ((const float *)row)[p];
-    memcpy(&h, row + 2 * p, 2);
-    return type == TD_BF16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
 }
 
 /* pack_w of the AVX-512 kernel (NR = 32) by 16x16 blocks (4x faster than element by element), from
