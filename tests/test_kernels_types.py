@@ -321,16 +321,6 @@ def test_interleaved_only_where_the_kernels_want_it(level, name):
     assert K.interleaved(repacked) is repacked
 
 
-@pytest.mark.parametrize("name", X8)
-def test_embedding_of_an_x8_table(name):
-    table = interleaved(data(10, 48, 64), name)
-    out = np.empty((3, 64), np.float32)
-    K.embedding(table, np.array([47, 0, 9]), out)
-    np.testing.assert_array_equal(out, quant.dequantize(table)[[47, 0, 9]])
-    with pytest.raises(ValueError, match="outside 0..47"):
-        K.embedding(table, np.array([48]), out[:1])
-
-
 def test_simd_extensions():
     assert set(K.simd_extensions()) <= ({"dotprod"} if K.ARM else {"avx512_vnni", "avx512_bf16"})
 
@@ -404,10 +394,12 @@ def test_interleaved_makes_panels_for_models_of_many_rows():
     assert K.interleaved(q8, panels=True).dtype == K.interleaved(q8).dtype
 
 
-@pytest.mark.parametrize("name", PANELED)
-def test_embedding_of_a_panel_table(name):
-    table = quant.panels(quant.quantize(data(10, 64, 40), name))
-    out = np.empty((3, 40), np.float32)
+@pytest.mark.parametrize("name", X8 + PANELED)
+def test_embedding_of_a_table_made_at_load(name):
+    """A look-up reads a row out of its group of 8 (X8) or its panel of 32, whichever row it is."""
+    w = quant.quantize(data(10, 64, 64), name)
+    table = quant.interleave(w) if name in X8 else quant.panels(w)
+    out = np.empty((3, 64), np.float32)
     K.embedding(table, np.array([63, 0, 33]), out)
     np.testing.assert_array_equal(out, quant.dequantize(table)[[63, 0, 33]])
     with pytest.raises(ValueError, match="outside 0..63"):
