@@ -62,7 +62,7 @@ def is_interleaved(w):
 
 
 def is_panels(w):
-    return w.dtype in (F32P, F16P, BF16P)
+    return w.dtype in PANELS.values()
 
 
 def columns(w):
