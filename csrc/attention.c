@@ -18,8 +18,12 @@
    (td_attention_rows): a wait per layer instead of one per sequence, and the heads of all of them
    to share out.
 
-   The mask is a number (masks.py, block): each query visits only the keys before its end, key_end;
-   a tile visits those of its last query, and weighs keys per row only past its first query's end.
+   The mask is two numbers (masks.py, block and window): each query visits only the keys from its
+   start, key_start (the sliding window), up to its end, key_end (the block mask). A query's first
+   block of keys starts at its first key, mid-page if need be (keys before it are not read); a tile
+   starts at its first query's start and ends at its last query's end, and weighs keys per row only
+   where some row's start or end falls in the block. With window 0 every start is key 0 and the
+   loops run as they would without one.
 
    Paged keys (td_attention_paged_f32): k and v are pools of pages of TD_PAGE = KB rows, and key j
    of the sequence is row j % TD_PAGE of page pages[j / TD_PAGE]. A block of keys is one page, so
@@ -41,6 +45,7 @@ struct attn {
     float *out;          /* [n,heads,hd] */
     int64_t n, t, heads, kv_heads, hd;
     int64_t block;       /* the mask: 1 causal, 0 bidirectional, b >= 2 block-causal */
+    int64_t window;      /* and the sliding window: query p sees keys j > p - window; 0 none */
     int64_t q_pos0;      /* position of query 0 */
     float scale;
     int64_t group;       /* heads per kv head */
@@ -65,6 +70,14 @@ static inline int64_t key_end(const struct attn *a, int64_t p)
 {
     int64_t b = a->block, end = b == 1 ? p + 1 : b ? (p / b + 1) * b : a->t;
     return end < a->t ? end : a->t;
+}
+
+/* the first key the query at position p sees: p - window + 1, 0 with no window, at most t (then it
+   sees none) */
+static inline int64_t key_start(const struct attn *a, int64_t p)
+{
+    int64_t w = a->window, start = w > 0 && p - w + 1 > 0 ? p - w + 1 : 0;
+    return start < a->t ? start : a->t;
 }
 
 #define TD_ISA_FILE "attention_isa.h"
@@ -116,7 +129,7 @@ static void attend_rows_end_to_end(void *ctx, int64_t b, int64_t e)
 }
 
 int td_attention_rows(const struct td_attn_seq *seqs, int64_t nseq, int64_t heads, int64_t kv_heads, int64_t hd,
-                      int64_t block, float scale)
+                      int64_t block, int64_t window, float scale)
 {
     struct attn_rows r = {.a = malloc(sizeof(struct attn) * (size_t)nseq),
                           .first = malloc(sizeof(int64_t) * (size_t)(nseq + 1)), .nseq = nseq};
@@ -128,7 +141,7 @@ int td_attention_rows(const struct td_attn_seq *seqs, int64_t nseq, int64_t head
         const struct td_attn_seq *s = &seqs[j];
         r.a[j] = (struct attn){.q = s->q, .k = s->k, .v = s->v, .pages = s->pages, .out = s->out, .n = 1,
                                .t = s->t, .heads = heads, .kv_heads = kv_heads, .hd = hd, .block = block,
-                               .q_pos0 = s->q_pos0, .scale = scale, .group = heads / kv_heads};
+                               .window = window, .q_pos0 = s->q_pos0, .scale = scale, .group = heads / kv_heads};
         r.first[j + 1] = r.first[j] + plan(&r.a[j]);
         cost += task_cost(&r.a[j]) * heads;
     }
@@ -143,18 +156,19 @@ int td_attention_rows(const struct td_attn_seq *seqs, int64_t nseq, int64_t head
 }
 
 int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,
-                     int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t q_pos0, float scale)
+                     int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t window, int64_t q_pos0,
+                     float scale)
 {
     return attention((struct attn){.q = q, .k = k, .v = v, .out = out, .n = n, .t = t, .heads = heads,
-                                   .kv_heads = kv_heads, .hd = hd, .block = block, .q_pos0 = q_pos0,
-                                   .scale = scale, .group = heads / kv_heads});
+                                   .kv_heads = kv_heads, .hd = hd, .block = block, .window = window,
+                                   .q_pos0 = q_pos0, .scale = scale, .group = heads / kv_heads});
 }
 
 int td_attention_paged_f32(const float *q, const float *k, const float *v, const int64_t *pages, float *out,
                            int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd, int64_t block,
-                           int64_t q_pos0, float scale)
+                           int64_t window, int64_t q_pos0, float scale)
 {
     return attention((struct attn){.q = q, .k = k, .v = v, .pages = pages, .out = out, .n = n, .t = t,
                                    .heads = heads, .kv_heads = kv_heads, .hd = hd, .block = block,
-                                   .q_pos0 = q_pos0, .scale = scale, .group = heads / kv_heads});
+                                   .window = window, .q_pos0 = q_pos0, .scale = scale, .group = heads / kv_heads});
 }

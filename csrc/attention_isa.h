@@ -141,9 +141,10 @@ TARGET static void ISA(attend_rows)(void *ctx, int64_t b, int64_t e)
         const float *q = a->q + task * hd, *k = a->k + h / a->group * hd, *v = k - a->k + a->v;
         float m = -INFINITY, l = 0.0f;
         memset(acc, 0, sizeof(float) * hd);
-        for (int64_t j0 = 0; j0 < end; j0 += KB) {
-            int64_t nb = end - j0 < KB ? end - j0 : KB;
-            int64_t rows = key_rows(a, j0);
+        /* blocks of keys j0 .. to the page's end (the first may start mid-page, at the window's start) */
+        for (int64_t j0 = key_start(a, a->q_pos0 + i), nb; j0 < end; j0 += nb) {
+            int64_t page = j0 / KB * KB, rows = key_rows(a, page) + j0 - page;
+            nb = (end < page + KB ? end : page + KB) - j0;
             ISA(scores)(q, k + rows * kvstride, kvstride, hd, nb, p);
             ISA(softmax_block)(a, p, nb, &m, &l, acc);
             ISA(add_values)(acc, p, v + rows * kvstride, kvstride, nb, hd);
@@ -256,19 +257,21 @@ TARGET TD_INLINE VEC ISA(block_max)(const float *st, int64_t nb, int64_t rp)
 
 /* Online softmax over a key block, a row per lane: st[nb][rp] holds the scores in log2 units and
    becomes the weights 2^(s - m) under the running max m[rp]; l[rp] gets their sums and ot[hd][rp],
-   the output so far, is rescaled by 2^(m_old - m_new). masked: some row's last visible key lim[rp]
-   falls in the block, and key j0 + j weighs 0 for the rows whose lim is below it. */
+   the output so far, is rescaled by 2^(m_old - m_new). masked: some row's first visible key lo[rp]
+   or last one lim[rp] falls in the block, and key j0 + j weighs 0 for the rows it is outside of. */
 TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64_t j0, int masked,
-                                        const int32_t *lim, float *m, float *l, float *ot, int64_t hd)
+                                        const int32_t *lo, const int32_t *lim, float *m, float *l, float *ot,
+                                        int64_t hd)
 {
     const VEC ninf = (VEC){0} - __builtin_inff();
     for (int64_t r = 0; r < rp; r += VL) {
         if (masked) {
-            VI last;
+            VI first, last;
+            memcpy(&first, lo + r, sizeof first);
             memcpy(&last, lim + r, sizeof last);
             for (int64_t j = 0; j < nb; j++) {
-                VI after = (VI){0} + (int32_t)(j0 + j) > last;
-                vstore(st + j * rp + r, ISA(vselect)(after, ninf, vload(st + j * rp + r)));
+                VI key = (VI){0} + (int32_t)(j0 + j), outside = (key < first) | (key > last);
+                vstore(st + j * rp + r, ISA(vselect)(outside, ninf, vload(st + j * rp + r)));
             }
         }
         VEC mold = vload(m + r), mnew = ISA(vmax)(mold, ISA(block_max)(st + r, nb, rp));
@@ -287,29 +290,32 @@ TARGET TD_INLINE void ISA(softmax_rows)(float *st, int64_t nb, int64_t rp, int64
 }
 
 /* Queries [i0, i0 + nq) times heads [h0, h0 + nh), all of one kv head: rows r = il * nh + hl, padded
-   to rp, a multiple of VL. scratch: qt[hd][RMAX], st[KB][RMAX], ot[hd][RMAX], m, l, lim[RMAX]. */
+   to rp, a multiple of VL. scratch: qt[hd][RMAX], st[KB][RMAX], ot[hd][RMAX], m, l, lo, lim[RMAX]. */
 TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t nq, int64_t h0, int64_t nh,
                                        float *scratch)
 {
     int64_t hd = a->hd, kvstride = a->kv_heads * hd, rows = nq * nh, rp = (rows + VL - 1) / VL * VL;
     const float *k = a->k + h0 / a->group * hd, *v = k - a->k + a->v;
     float *qt = scratch, *st = qt + hd * RMAX, *ot = st + KB * RMAX, *m = ot + hd * RMAX, *l = m + RMAX;
-    int32_t *lim = (int32_t *)(l + RMAX);
+    int32_t *lo = (int32_t *)(l + RMAX), *lim = lo + RMAX;
     float log2e_scale = a->scale * 1.44269504088896341f; /* scores in log2 units: e^s = 2^(s log2 e) */
     for (int64_t r = 0; r < rp; r++) { /* padding rows: q = 0, harmless and never written out */
         const float *q = a->q + ((i0 + r / nh) * a->heads + h0 + r % nh) * hd;
         for (int64_t d = 0; d < hd; d++)
             qt[d * rp + r] = r < rows ? q[d] * log2e_scale : 0.0f;
-        m[r] = -INFINITY, l[r] = 0.0f, lim[r] = (int32_t)(key_end(a, a->q_pos0 + i0 + r / nh) - 1);
+        int64_t p = a->q_pos0 + i0 + r / nh;
+        m[r] = -INFINITY, l[r] = 0.0f, lo[r] = (int32_t)key_start(a, p), lim[r] = (int32_t)(key_end(a, p) - 1);
     }
     memset(ot, 0, sizeof(float) * hd * rp);
-    /* ends grow with the position: the first query sees the fewest keys, the last the most */
+    /* starts and ends grow with the position: the keys from the first query's start to the last
+       query's end, by pages (the first from the first start, mid-page if need be) */
     int64_t first = key_end(a, a->q_pos0 + i0), end = key_end(a, a->q_pos0 + i0 + nq - 1);
-    for (int64_t j0 = 0; j0 < end; j0 += KB) {
-        int64_t nb = end - j0 < KB ? end - j0 : KB;
-        int64_t rows = key_rows(a, j0);
+    int64_t last_start = key_start(a, a->q_pos0 + i0 + nq - 1);
+    for (int64_t j0 = key_start(a, a->q_pos0 + i0), nb; j0 < end; j0 += nb) {
+        int64_t page = j0 / KB * KB, rows = key_rows(a, page) + j0 - page;
+        nb = (end < page + KB ? end : page + KB) - j0;
         ISA(gemm_rows)(st, k + rows * kvstride, kvstride, 1, qt, rp, hd, 0, nb); /* st[j] = q k_j scale log2e */
-        ISA(softmax_rows)(st, nb, rp, j0, j0 + nb > first, lim, m, l, ot, hd);
+        ISA(softmax_rows)(st, nb, rp, j0, j0 + nb > first || j0 < last_start, lo, lim, m, l, ot, hd);
         ISA(gemm_rows)(ot, v + rows * kvstride, 1, kvstride, st, rp, nb, 1, hd); /* ot[d] += p v[.][d] */
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -324,7 +330,7 @@ TARGET TD_INLINE void ISA(attend_tile)(const struct attn *a, int64_t i0, int64_t
 TARGET static void ISA(attend_tiles)(void *ctx, int64_t b, int64_t e)
 {
     struct attn *a = ctx;
-    float *scratch = malloc(sizeof(float) * ((2 * a->hd + KB + 3) * RMAX)); /* attend_tile */
+    float *scratch = malloc(sizeof(float) * ((2 * a->hd + KB + 4) * RMAX)); /* attend_tile */
     if (!scratch) {
         __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
         return;

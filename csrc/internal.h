@@ -62,7 +62,7 @@ struct td_attn_seq {
    rows end to end): each out as td_attention_paged_f32 (or td_attention_f32) would give it, bit for
    bit. Returns 0, or -1 (outs partly written) if memory could not be had. */
 int td_attention_rows(const struct td_attn_seq *seqs, int64_t nseq, int64_t heads, int64_t kv_heads, int64_t hd,
-                      int64_t block, float scale);
+                      int64_t block, int64_t window, float scale);
 
 /* A kernel that runs several jobs in a row or keeps scratch memory between them holds the pool:
    td_pool_enter(), then any number of td_parallel_run (td_parallel_for without the locking) and

@@ -38,7 +38,7 @@ static void store_kv(const struct td_seq *seq, int64_t at, const float *k, const
    decode step) as one job, any other (a prompt, a block, a canvas) a job of its own; 0, or -1 out of
    memory */
 static int attend(const struct td_decode *s, const struct td_seq *seqs, int64_t nseq, int64_t at, int64_t block,
-                  float scale)
+                  int64_t window, float scale)
 {
     const int64_t qd = s->heads * s->hd;
     struct td_attn_seq *ones = malloc(sizeof(struct td_attn_seq) * (size_t)nseq); /* the one-query ones */
@@ -53,19 +53,19 @@ static int attend(const struct td_decode *s, const struct td_seq *seqs, int64_t 
         else
             failed = seq->pages ? td_attention_paged_f32(s->q + r * qd, seq->k + at, seq->v + at, seq->pages,
                                                          s->att + r * qd, seq->n, seq->kv_len, s->heads,
-                                                         s->kv_heads, s->hd, block, seq->pos, scale)
+                                                         s->kv_heads, s->hd, block, window, seq->pos, scale)
                                 : td_attention_f32(s->q + r * qd, seq->k + at, seq->v + at, s->att + r * qd,
                                                    seq->n, seq->kv_len, s->heads, s->kv_heads, s->hd, block,
-                                                   seq->pos, scale);
+                                                   window, seq->pos, scale);
     }
     if (!failed && nones)
-        failed = td_attention_rows(ones, nones, s->heads, s->kv_heads, s->hd, block, scale);
+        failed = td_attention_rows(ones, nones, s->heads, s->kv_heads, s->hd, block, window, scale);
     free(ones);
     return failed ? -1 : 0;
 }
 
 int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, const struct td_seq *seqs,
-                    int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block)
+                    int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block, int64_t window)
 {
     const int64_t d = s->d, qd = s->heads * s->hd, kvd = s->kv_heads * s->hd, at = layer * layer_floats;
     const float scale = (float)(1.0 / sqrt((double)s->hd));
@@ -99,7 +99,7 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     td_rope_qk_f32(s->q, k, positions, s->inv_freq, n, s->heads, s->kv_heads, s->hd);
     for (int64_t b = 0, r = 0; !in_cache && b < nseq; r += seqs[b++].n)         /* sequence b: rows r.. */
         store_kv(&seqs[b], at, k + r * kvd, v + r * kvd, kvd);
-    if (attend(s, seqs, nseq, at, block, scale))                                  /* att [n, H*hd] */
+    if (attend(s, seqs, nseq, at, block, window, scale))                          /* att [n, H*hd] */
         return -1;
     if (td_matmuls(&w->o_type, s->att, n, qd, 1, (void **)&w->o_proj, &x, &d, 1))   /* x += [n, d] */
         return -1;

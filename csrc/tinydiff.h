@@ -84,23 +84,28 @@ void td_rope_qk_f32(float *q, float *k, const int64_t *pos, const float *inv_fre
 
 /* y[len] = silu(gate) * up */
 void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len);
+/* y[len] = gelu_tanh(gate) * up, gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (PyTorch's
+   gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh); gelu_tanh(inf) = inf, gelu_tanh(-inf) = -0 */
+void td_gelu_tanh_mul_f32(const float *gate, const float *up, float *y, int64_t len);
 
 /* out[n,H,hd] = softmax(q k^T * scale over the visible keys) v with q[n,H,hd], k,v[t,KVH,hd]; head h
    uses kv head h / (H/KVH). The mask is data (tinydiff/masks.py): query i sits at position
    p = q_pos0 + i and sees keys j < min(t, (p / block + 1) * block), every key if block == 0. So block
    1 is causal, 0 bidirectional, b >= 2 block-causal (bidirectional inside blocks of b positions,
-   causal across them). A query that sees no key gets zeros. Hidden keys weigh exactly 0: their v
-   rows must be finite, as in softmax(...) @ v. Returns 0, or -1 (out partly written) if scratch
-   memory could not be had. */
+   causal across them). A sliding window > 0 hides besides the keys j <= p - window (the keys with
+   p - j < window stay: Hugging Face's sliding_window); window 0 hides none. A query that sees no
+   key gets zeros. Hidden keys weigh exactly 0: their v rows must be finite, as in softmax(...) @ v.
+   Returns 0, or -1 (out partly written) if scratch memory could not be had. */
 int td_attention_f32(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t t,
-                     int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t q_pos0, float scale);
+                     int64_t heads, int64_t kv_heads, int64_t hd, int64_t block, int64_t window, int64_t q_pos0,
+                     float scale);
 
 /* the same with paged keys: k and v are pools of pages of TD_PAGE rows ([pages * TD_PAGE, kv_heads,
    hd]), key j being row j % TD_PAGE of page pages[j / TD_PAGE] (a paged KV cache: serving) */
 enum { TD_PAGE = 64 };
 int td_attention_paged_f32(const float *q, const float *k, const float *v, const int64_t *pages, float *out,
                            int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd, int64_t block,
-                           int64_t q_pos0, float scale);
+                           int64_t window, int64_t q_pos0, float scale);
 
 /* one decoder layer for a few positions of a few sequences (layer.c): Transformer.layers' loop body */
 struct td_layer {                   /* one layer's weights, each matrix of its own type */
@@ -128,10 +133,10 @@ enum { TD_LAYER_MAX_ROWS = 1024 };  /* the most rows (of all sequences) one td_d
 /* x[n, d] += the layer's attention and MLP blocks for the rows of nseq sequences, one after
    another (n the sum of theirs); each sequence's K and V go into its cache rows pos..pos+n-1 (layer
    `layer` of it: layer_floats further per layer), and its attention reads keys 0..kv_len-1 under
-   the mask `block` (as td_attention_f32 takes it). Returns 0, -1 if a matmul's or attention's
-   scratch memory could not be had, -2 if n is not 1..TD_LAYER_MAX_ROWS. */
+   the mask `block` and `window` (as td_attention_f32 takes them). Returns 0, -1 if a matmul's or
+   attention's scratch memory could not be had, -2 if n is not 1..TD_LAYER_MAX_ROWS. */
 int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, const struct td_seq *seqs,
-                    int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block);
+                    int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block, int64_t window);
 
 /* roofline (roofline.c): the sum mod 2^32 of x[len] (any 4-byte words), each thread reading its own
    contiguous slice reps times (a slice that fits a cache is read from it after the first pass).

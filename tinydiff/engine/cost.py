@@ -64,6 +64,14 @@ def silu_mul(size):
 
 
 @_memo
+def gelu_tanh_mul(size):
+    """gelu_tanh(g) * u = g / (1 + exp(g (a + b g^2))) * u (kernels.gelu_tanh_mul): counted as 8 FLOPs an
+    element (g^2, b g^2, + a, g (.), exp as one like silu_mul's, 1 + e, the division, * u); two read,
+    one written."""
+    return 8 * size, {"activations": 3 * size * F32}
+
+
+@_memo
 def add(size):
     """A residual: y += b, two activations read, one written."""
     return size, {"activations": 3 * size * F32}

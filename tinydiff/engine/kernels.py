@@ -35,7 +35,7 @@ from .reference import physical_cores
 __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
            "simd", "simd_extensions",
            "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "softmax_stats", "gumbel_max", "rope",
-           "rope_qk", "silu_mul", "attention",
+           "rope_qk", "silu_mul", "gelu_tanh_mul", "attention",
            "DecodeLayer", "DecodeRun", "DecodeSeqs", "decode_layer"]
 
 ARM = platform.machine().lower() in ("aarch64", "arm64")
@@ -47,6 +47,7 @@ _shares = np.may_share_memory
 _matmuls, _rmsnorm, _softmax = lib.td_matmuls, lib.td_rmsnorm_f32, lib.td_softmax_f32
 _softmax_stats, _gumbel_max = lib.td_softmax_stats_f64, lib.td_gumbel_max_f64
 _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_attention_f32
+_gelu_tanh_mul = lib.td_gelu_tanh_mul_f32
 _attention_paged = lib.td_attention_paged_f32
 PAGE = lib.TD_PAGE                 # keys per page of a paged KV cache (one block of the attention's)
 _rope_qk, _decode_layer, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_decode_layer, lib.td_rows_to_f32
@@ -368,11 +369,25 @@ def silu_mul(gate, up, out=None, op="mlp"):
     return out
 
 
+def gelu_tanh_mul(gate, up, out=None, op="mlp"):
+    """out = gelu_tanh(gate) * up, elementwise (Gemma's GeGLU); gate and up of one shape. gelu_tanh is
+    PyTorch's gelu(approximate="tanh"): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), -0 at -inf."""
+    gate, up = _f32(gate), _f32(up)
+    if gate.shape != up.shape:
+        raise ValueError(f"gelu_tanh_mul: gate {gate.shape} and up {up.shape} differ")
+    out = _out(out, gate.shape, "gelu_tanh_mul")
+    _gelu_tanh_mul(_p(gate), _p(up), _p(out), gate.size)
+    if ledger.active():
+        ledger.book(op, cost.gelu_tanh_mul(gate.size))
+    return out
+
+
 def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="attention", pages=None, t=None):
     """out[n,H,hd] = softmax(q k^T * scale, over the visible keys) v; q [n,H,hd], k v [t,KVH,hd].
 
     Head h uses kv head h // (H // KVH). mask: a masks.AttentionMask (CAUSAL, BIDIRECTIONAL,
-    block_causal(b)) saying which keys query i, at position q_pos0 + i, sees; the ledger books the
+    block_causal(b), any of them .windowed(w)) saying which keys query i, at position q_pos0 + i,
+    sees; the ledger books the
     mask.pairs (query, key) pairs it lets through. scale defaults to 1/sqrt(hd). A query that sees
     no key gets zeros. Hidden keys weigh exactly 0, so, as in a plain softmax(...) @ v, their values
     must be finite (a KV cache from np.zeros is fine).
@@ -395,7 +410,8 @@ def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="atten
     scale = (1.0 / math.sqrt(hd) if hd else 1.0) if scale is None else float(scale)
     if pages is None:
         t = k.shape[0]
-        failed = _attention(_p(q), _p(k), _p(v), _p(out), n, t, heads, kv_heads, hd, mask.block, int(q_pos0), scale)
+        failed = _attention(_p(q), _p(k), _p(v), _p(out), n, t, heads, kv_heads, hd, mask.block, mask.window,
+                            int(q_pos0), scale)
     else:
         pages = np.ascontiguousarray(pages, dtype=np.int64)
         if (t is None or not 0 <= t <= len(pages) * PAGE or len(k) % PAGE
@@ -403,7 +419,7 @@ def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="atten
             raise ValueError(f"attention: {t} keys in pages {pages.tolist()} do not fit a pool of {len(k)} rows "
                              f"(pages of {PAGE})")
         failed = _attention_paged(_p(q), _p(k), _p(v), _buf("int64_t[]", pages), _p(out), n, t, heads, kv_heads,
-                                  hd, mask.block, int(q_pos0), scale)
+                                  hd, mask.block, mask.window, int(q_pos0), scale)
     if failed:
         raise MemoryError("attention: no scratch memory")
     if ledger.active():
@@ -520,8 +536,9 @@ MAX_LAYER_ROWS = lib.TD_LAYER_MAX_ROWS      # the most positions one decode_laye
 def decode_layer(layer, run, l, seqs, mask=CAUSAL):
     """run's x [n, d] += decoder layer l (weights: a DecodeLayer) for the rows of seqs (a
     DecodeSeqs), one sequence after another; each one's K and V go into its cache slots pos..pos+n-1
-    of layer l, and its attention reads slots 0..kv_len-1 under mask."""
-    if _decode_layer(layer.c, run.c, run.x, seqs.c, len(seqs.spans), l, run.layer_floats, mask.block):
+    of layer l, and its attention reads slots 0..kv_len-1 under mask (its window included)."""
+    if _decode_layer(layer.c, run.c, run.x, seqs.c, len(seqs.spans), l, run.layer_floats, mask.block,
+                     mask.window):
         raise MemoryError("decode: no memory for x in the dot product's type, or for attention's scratch")
     if ledger.active():
         ledger.book_all(layer.costs_of(seqs.rows))

@@ -115,6 +115,17 @@ def silu_mul(gate, up, out=None):
     return _into(out, g / (np.float32(1.0) + np.exp(-g)) * np.asarray(up, np.float32))
 
 
+def gelu_tanh_mul(gate, up, out=None):
+    # gelu_tanh(g) = 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3) (torch's approximate="tanh"),
+    # written g / (1 + exp(-2u)) since 1 + tanh(u) = 2 / (1 + exp(-2u)), with -2u = g (a + b g^2) as
+    # csrc/activation.c has it: no cancellation in 1 + tanh(u) for g < 0. At -inf its limit, -0.
+    g = np.asarray(gate, np.float32)
+    a, b = np.float32(-2 * np.sqrt(2 / np.pi)), np.float32(-2 * np.sqrt(2 / np.pi) * 0.044715)
+    with np.errstate(over="ignore", invalid="ignore"):                 # exp -> inf (g < -10.2): g / inf = -0
+        y = np.where(g == -np.inf, np.float32(-0.0), g / (np.float32(1.0) + np.exp(g * (a + b * (g * g)))))
+    return _into(out, y * np.asarray(up, np.float32))
+
+
 def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None):
     q, k, v = (np.asarray(a, np.float32) for a in (q, k, v))          # q [n,H,hd], k v [t,KVH,hd]
     n, heads, hd = q.shape
