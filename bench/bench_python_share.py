@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import tinydiff
-from tinydiff.engine import kernels
+from tinydiff.engine import kernels, layer_c
 from tinydiff.measure.roofline import measure, predict_seconds
 from tinydiff.measure.shapes import random_model
 
@@ -43,9 +43,10 @@ def timed(fn):
 
 
 def wrap_kernels():
-    for name in ("_matmuls", "_rmsnorm", "_rope", "_rope_qk", "_silu_mul", "_attention", "_decode_layer",
-                 "_rows_to_f32", "_softmax_stats"):
+    for name in ("_matmuls", "_rmsnorm", "_rope", "_rope_qk", "_silu_mul", "_attention", "_rows_to_f32",
+                 "_softmax_stats"):
         setattr(kernels, name, timed(getattr(kernels, name)))
+    layer_c._forward = timed(layer_c._forward)
 
 
 def decode_seconds(model, n):

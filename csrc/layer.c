@@ -2,7 +2,10 @@
    of a batch, a prompt, a block of block diffusion, a diffusion canvas), in one call from Python.
 
    It is Transformer.layers' loop body for n <= TD_LAYER_MAX_ROWS rows, kernel for kernel, in the
-   same order with the same arguments, so its result is bit for bit the same: the matmuls take
+   same order with the same arguments, so its result is bit for bit the same. What differs between
+   model families is data here as there: a tensor that is there or NULL (biases, QK-norm, the
+   blocks' output norms), a field of td_scratch (the activation, attention's scale) or of td_layer
+   (its RoPE table), the window passed with the mask; nothing tests an architecture. The matmuls take
    every sequence's rows at once (the weights read once for all), then each sequence's K and V go
    into its cache (rows of its own, or pages of a shared pool) and its attention reads them (the
    one-query sequences' attention as one job). One difference of place, not of value: a lone
@@ -34,11 +37,18 @@ static void store_kv(const struct td_seq *seq, int64_t at, const float *k, const
     }
 }
 
+/* x[n*d] += y[n*d]: a block's normed output into the residual stream */
+static void add_rows(float *x, const float *y, int64_t len)
+{
+    for (int64_t i = 0; i < len; i++)
+        x[i] += y[i];
+}
+
 /* att = each sequence's attention over its cache (K and V stored): the sequences of one query (a
    decode step) as one job, any other (a prompt, a block, a canvas) a job of its own; 0, or -1 out of
    memory */
-static int attend(const struct td_decode *s, const struct td_seq *seqs, int64_t nseq, int64_t at, int64_t block,
-                  int64_t window, float scale)
+static int attend(const struct td_scratch *s, const struct td_seq *seqs, int64_t nseq, int64_t at, int64_t block,
+                  int64_t window)
 {
     const int64_t qd = s->heads * s->hd;
     struct td_attn_seq *ones = malloc(sizeof(struct td_attn_seq) * (size_t)nseq); /* the one-query ones */
@@ -53,22 +63,38 @@ static int attend(const struct td_decode *s, const struct td_seq *seqs, int64_t 
         else
             failed = seq->pages ? td_attention_paged_f32(s->q + r * qd, seq->k + at, seq->v + at, seq->pages,
                                                          s->att + r * qd, seq->n, seq->kv_len, s->heads,
-                                                         s->kv_heads, s->hd, block, window, seq->pos, scale)
+                                                         s->kv_heads, s->hd, block, window, seq->pos, s->scale)
                                 : td_attention_f32(s->q + r * qd, seq->k + at, seq->v + at, s->att + r * qd,
                                                    seq->n, seq->kv_len, s->heads, s->kv_heads, s->hd, block,
-                                                   window, seq->pos, scale);
+                                                   window, seq->pos, s->scale);
     }
     if (!failed && nones)
-        failed = td_attention_rows(ones, nones, s->heads, s->kv_heads, s->hd, block, window, scale);
+        failed = td_attention_rows(ones, nones, s->heads, s->kv_heads, s->hd, block, window, s->scale);
     free(ones);
     return failed ? -1 : 0;
 }
 
-int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, const struct td_seq *seqs,
-                    int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block, int64_t window)
+/* x[n, d] += (norm)(y[n, k] @ w^T (+ bias)): a block's output into the residual stream, added as the
+   matmul writes it, or first into h and normed there when the layer norms its blocks' outputs */
+static int residual(const struct td_scratch *s, float *x, float *y, int64_t k, const void *w, enum td_type type,
+                    const float *bias, const float *norm, int64_t n)
+{
+    const int64_t d = s->d;
+    float *out = norm ? s->h : x;
+    if (td_matmuls(&type, y, n, k, 1, (void **)&w, &out, &d, !norm))              /* [n, d] */
+        return -1;
+    add_bias(out, bias, n, d);
+    if (norm) {
+        td_rmsnorm_f32(s->h, norm, s->h, n, d, s->eps);
+        add_rows(x, s->h, n * d);
+    }
+    return 0;
+}
+
+int td_layer_forward(const struct td_layer *w, const struct td_scratch *s, float *x, const struct td_seq *seqs,
+                     int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block, int64_t window)
 {
     const int64_t d = s->d, qd = s->heads * s->hd, kvd = s->kv_heads * s->hd, at = layer * layer_floats;
-    const float scale = (float)(1.0 / sqrt((double)s->hd));
     int64_t positions[TD_LAYER_MAX_ROWS]; /* [n] RoPE's */
     int64_t n = 0;
     for (int64_t b = 0; b < nseq; b++) {
@@ -80,7 +106,7 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     if (n < 1)
         return -2;
 
-    /* attention: x += o_proj(attention(rope(q), rope(k), v)) */
+    /* attention: x += (norm)(o_proj(attention(rope((norm) q), rope((norm) k), v))) */
     td_rmsnorm_f32(x, w->input_layernorm, s->h, n, d, s->eps);                   /* h [n, d] */
     /* one sequence in rows of its own (a prompt, a canvas): its k and v are made in its cache rows,
        not copied there (the copy cost a diffusion step of the 5M model 1.3%) */
@@ -96,16 +122,19 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     add_bias(s->q, w->q_bias, n, qd);
     add_bias(k, w->k_bias, n, kvd);
     add_bias(v, w->v_bias, n, kvd);
-    td_rope_qk_f32(s->q, k, positions, s->inv_freq, n, s->heads, s->kv_heads, s->hd);
+    if (w->q_norm) {                                                              /* QK-norm, per head */
+        td_rmsnorm_f32(s->q, w->q_norm, s->q, n * s->heads, s->hd, s->eps);
+        td_rmsnorm_f32(k, w->k_norm, k, n * s->kv_heads, s->hd, s->eps);
+    }
+    td_rope_qk_f32(s->q, k, positions, w->inv_freq, n, s->heads, s->kv_heads, s->hd);
     for (int64_t b = 0, r = 0; !in_cache && b < nseq; r += seqs[b++].n)         /* sequence b: rows r.. */
         store_kv(&seqs[b], at, k + r * kvd, v + r * kvd, kvd);
-    if (attend(s, seqs, nseq, at, block, window, scale))                          /* att [n, H*hd] */
+    if (attend(s, seqs, nseq, at, block, window))                                 /* att [n, H*hd] */
         return -1;
-    if (td_matmuls(&w->o_type, s->att, n, qd, 1, (void **)&w->o_proj, &x, &d, 1))   /* x += [n, d] */
+    if (residual(s, x, s->att, qd, w->o_proj, w->o_type, w->o_bias, w->post_attention_norm, n)) /* x += [n, d] */
         return -1;
-    add_bias(x, w->o_bias, n, d);
 
-    /* MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x)) */
+    /* MLP: x += (norm)(down_proj(act(gate_proj(x)) * up_proj(x))) */
     td_rmsnorm_f32(x, w->post_attention_layernorm, s->h, n, d, s->eps);          /* h [n, d] */
     const void *gate_up[2] = {w->gate_proj, w->up_proj};
     const enum td_type gate_up_types[2] = {w->gate_type, w->up_type};
@@ -113,6 +142,6 @@ int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *
     const int64_t f[2] = {s->f, s->f};
     if (td_matmuls(gate_up_types, s->h, n, d, 2, (void **)gate_up, gate_up_out, f, 0)) /* gate, up [n, f] */
         return -1;
-    td_silu_mul_f32(s->gate, s->up, s->gate, n * s->f);                           /* [n, f] */
-    return td_matmuls(&w->down_type, s->gate, n, s->f, 1, (void **)&w->down_proj, &x, &d, 1); /* x += [n, d] */
+    (s->act == TD_GELU_TANH ? td_gelu_tanh_mul_f32 : td_silu_mul_f32)(s->gate, s->up, s->gate, n * s->f); /* [n, f] */
+    return residual(s, x, s->gate, s->f, w->down_proj, w->down_type, NULL, w->post_feedforward_layernorm, n);
 }

@@ -107,36 +107,41 @@ int td_attention_paged_f32(const float *q, const float *k, const float *v, const
                            int64_t n, int64_t t, int64_t heads, int64_t kv_heads, int64_t hd, int64_t block,
                            int64_t window, int64_t q_pos0, float scale);
 
-/* one decoder layer for a few positions of a few sequences (layer.c): Transformer.layers' loop body */
-struct td_layer {                   /* one layer's weights, each matrix of its own type */
-    const float *input_layernorm, *post_attention_layernorm;       /* [d] */
+/* one decoder layer for the rows of a few sequences (layer.c): Transformer.layers' loop body */
+struct td_layer {                   /* one layer's weights (weights.LAYER_TENSORS), each matrix of its own type */
+    const float *input_layernorm, *post_attention_layernorm;       /* [d] the attention's and the MLP's input norms */
     const void *q_proj, *k_proj, *v_proj, *o_proj;                  /* [H*hd,d] [KVH*hd,d] x2 [d,H*hd] */
     const void *gate_proj, *up_proj, *down_proj;                    /* [f,d] x2 [d,f] */
     enum td_type q_type, k_type, v_type, o_type, gate_type, up_type, down_type;
     const float *q_bias, *k_bias, *v_bias, *o_bias;                 /* [H*hd] [KVH*hd] x2 [d], or NULL */
+    const float *q_norm, *k_norm;                                   /* [hd] QK-norm's, or NULL */
+    const float *post_attention_norm, *post_feedforward_layernorm;  /* [d] the blocks' output norms, or NULL */
+    const float *inv_freq;                                          /* [hd/2] this layer's RoPE table */
 };
-struct td_decode {                  /* the model's sizes and the scratch rows of a few positions */
+enum td_act { TD_SILU, TD_GELU_TANH };  /* the gated MLP's act(gate) * up */
+struct td_scratch {                 /* the model's sizes, what its layers share, the scratch rows of a pass */
     int64_t d, heads, kv_heads, hd, f;
     float eps;                      /* RMSNorm's */
-    const float *inv_freq;          /* [hd/2] RoPE's */
-    float *h;                       /* [n, d] normed input of a block */
+    float scale;                    /* attention's q.k scale */
+    enum td_act act;
+    float *h;                       /* [n, d] normed input of a block, or its output to be normed */
     float *q, *att;                 /* [n, H*hd] */
     float *k, *v;                   /* [n, KVH*hd] */
     float *gate, *up;               /* [n, f] */
 };
-struct td_seq {                     /* one sequence's rows in a td_decode_layer call */
+struct td_seq {                     /* one sequence's rows in a td_layer_forward call */
     int64_t n, pos, kv_len;         /* n rows (the next ones of x) at positions pos..pos+n-1, reading kv_len keys */
     float *k, *v;                   /* layer 0's cache of it [ctx, KVH*hd], or layer 0's page pool */
     const int64_t *pages;           /* NULL, or the pool page of each TD_PAGE positions (a paged cache) */
 };
-enum { TD_LAYER_MAX_ROWS = 1024 };  /* the most rows (of all sequences) one td_decode_layer call takes */
+enum { TD_LAYER_MAX_ROWS = 1024 };  /* the most rows (of all sequences) one td_layer_forward call takes */
 /* x[n, d] += the layer's attention and MLP blocks for the rows of nseq sequences, one after
    another (n the sum of theirs); each sequence's K and V go into its cache rows pos..pos+n-1 (layer
    `layer` of it: layer_floats further per layer), and its attention reads keys 0..kv_len-1 under
-   the mask `block` and `window` (as td_attention_f32 takes them). Returns 0, -1 if a matmul's or
+   the mask (block, window), as td_attention_f32 takes it. Returns 0, -1 if a matmul's or
    attention's scratch memory could not be had, -2 if n is not 1..TD_LAYER_MAX_ROWS. */
-int td_decode_layer(const struct td_layer *w, const struct td_decode *s, float *x, const struct td_seq *seqs,
-                    int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block, int64_t window);
+int td_layer_forward(const struct td_layer *w, const struct td_scratch *s, float *x, const struct td_seq *seqs,
+                     int64_t nseq, int64_t layer, int64_t layer_floats, int64_t block, int64_t window);
 
 /* roofline (roofline.c): the sum mod 2^32 of x[len] (any 4-byte words), each thread reading its own
    contiguous slice reps times (a slice that fits a cache is read from it after the first pass).

@@ -3,12 +3,15 @@ import dataclasses
 import os
 import threading
 
+import numpy as np
 import pytest
 
 import tinydiff
-from tinydiff.engine import cost
+from tinydiff.engine import cost, layer_c
+from tinydiff.engine.config import config_from_dict
 from tinydiff.engine.ledger import Ledger
 from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL
+from tinydiff.engine.weights import random_weights
 from tinydiff.formats import quant
 from tinydiff.measure.shapes import stored_as
 
@@ -148,3 +151,28 @@ def test_total_sums_passes_and_sampling():
     assert t["flops"] == sum(p["flops"] for p in led.passes) + led.sampling["flops"]
     assert t["by_op"]["sampling"] == led.sampling
     assert "lm_head" in led.table() and "3 forward passes" in led.table()
+
+
+# Every variant field of the layer at once (Gemma 3's set, with a window shorter than the passes)
+VARIANT = dict(qk_norm=True, sandwich_norms=True, hidden_act="gelu_tanh", layer_windows=(3, 0), local_rope_theta=1e4,
+               attention_scale=0.3, embedding_scale=4.0, final_logit_softcapping=20.0, qkv_bias=True, o_bias=True)
+
+
+@pytest.mark.parametrize("mask", [CAUSAL, BIDIRECTIONAL])
+def test_every_variant_of_the_layer_books_what_the_cost_model_says(mask):
+    """QK-norm, the blocks' output norms, GELU, per-layer windows, the embedding's scale and the
+    logits' soft-capping booked by both bodies (the C layer for short passes, the NumPy loop past
+    MAX_LAYER_ROWS) as cost.forward counts them from the config."""
+    raw = dict(model_type="llama", hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=48, vocab_size=40, max_position_embeddings=1100)
+    cfg = dataclasses.replace(config_from_dict(raw), **VARIANT)
+    t = tinydiff.Model(cfg, random_weights(cfg, 1, 0.3), tokenizer=None).transformer
+    causal = mask == CAUSAL
+    for n, past in ((7, 0), (1, 7), (2, 8), (layer_c.MAX_LAYER_ROWS + 6, 0)):
+        state = t.state(1100)
+        ids = np.arange(past + n)[None] % 40
+        if past:
+            t.forward(ids[:, :past], state, 0, mask=mask)
+        with Ledger() as led:
+            t.forward(ids[:, past:], state, past, mask=mask, last_only=causal)
+        assert led.passes == [cost.forward(cfg, n, past, mask)], (n, past)

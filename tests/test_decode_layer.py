@@ -9,12 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tinydiff.engine import kernels as K
-from tinydiff.engine import transformer
-from tinydiff.engine.config import config_from_dict
+from tinydiff.engine import layer_c, transformer
+from tinydiff.engine.config import Config, config_from_dict
 from tinydiff.engine.ledger import Ledger
 from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL, block_causal
-from tinydiff.engine.weights import random_weights
+from tinydiff.engine.weights import NORMS, random_weights
 from tinydiff.formats import quant
 from tinydiff.measure.shapes import stored_as
 from tinydiff.model import Model
@@ -26,12 +25,32 @@ CONFIGS = {"llama gqa": BASE,
            "qwen2": {**BASE, "model_type": "qwen2", "num_key_value_heads": 1},
            # rows of 10 and 17 blocks: the dot products' 8-block groups, leftover pairs and odd block
            "llama wide": {**BASE, "hidden_size": 320, "num_attention_heads": 5, "num_key_value_heads": 1,
-                          "intermediate_size": 544}}
+                          "intermediate_size": 544},
+           # the layer's variants, as Config fields (what a family's config.json sets): each alone, then
+           # all of Gemma 3's at once; windows shorter than the spans below, and than a block of keys
+           "qwen3 qk-norm": {**BASE, "qk_norm": True},
+           "sandwich norms": {**BASE, "sandwich_norms": True, "attention_bias": True},
+           "gelu-tanh": {**BASE, "hidden_act": "gelu_tanh"},
+           "windows": {**BASE, "layer_windows": (3, 0), "local_rope_theta": 500.0, "rope_theta": 1e6},
+           "scales and soft-capping": {**BASE, "attention_scale": 0.3, "embedding_scale": 8.0,
+                                       "final_logit_softcapping": 5.0},
+           "gemma 3": {**BASE, "num_hidden_layers": 3, "qk_norm": True, "sandwich_norms": True,
+                       "hidden_act": "gelu_tanh", "layer_windows": (2, 70, 0), "local_rope_theta": 1e4,
+                       "rope_theta": 1e6, "attention_scale": 0.25, "embedding_scale": 8.0,
+                       "final_logit_softcapping": 30.0, "norm_offset": 1.0}}
+VARIANTS = {f.name for f in dataclasses.fields(Config)} - {"rope_theta"} - set(BASE) - {"attention_bias"}
 
 
 def model(name, weight_type):
-    cfg = config_from_dict(CONFIGS[name])
-    w = stored_as(random_weights(cfg, seed=3, std=0.3), weight_type if weight_type != "mixed" else "f32")
+    raw = {k: v for k, v in CONFIGS[name].items() if k not in VARIANTS}
+    cfg = dataclasses.replace(config_from_dict(raw), **{k: v for k, v in CONFIGS[name].items() if k in VARIANTS})
+    w = random_weights(cfg, seed=3, std=0.3)
+    rng = np.random.default_rng(5)
+    for lw in w.layers if set(CONFIGS[name]) & VARIANTS else ():   # norms not all ones: one read in the
+        for field in NORMS:                                         # wrong place shows
+            if getattr(lw, field) is not None:
+                setattr(lw, field, (1 + 0.3 * rng.standard_normal(getattr(lw, field).shape)).astype(np.float32))
+    w = stored_as(w, weight_type if weight_type != "mixed" else "f32")
     if weight_type == "mixed":  # as GGUF files mix them: each matrix of its own type
         types = dict(q_proj="q8_0", k_proj="f16", v_proj="q4_0", o_proj="bf16", gate_proj="q4_0", up_proj="q8_0")
         w.layers = [dataclasses.replace(lw, **{f: quant.quantize(getattr(lw, f), t) for f, t in types.items()})
@@ -41,7 +60,7 @@ def model(name, weight_type):
 
 def loop(t, ids, state, start, kv_len=None, mask=CAUSAL, last_only=False, slots=None):
     """forward's pass by the per-kernel loop."""
-    return t.layers(transformer.Seqs(ids, start, kv_len, slots), state, mask, last_only)
+    return t.forward_seqs(transformer.Seqs(ids, start, kv_len, slots), state, mask, last_only, body=t.layers)
 
 
 def run(m, ids, prefill, one_call):
@@ -201,12 +220,11 @@ def test_a_cache_or_buffers_of_another_model_are_refused():
     m, other = model("llama gqa", "f32"), model("qwen2", "f32")     # qwen2 here: 1 kv head, not 2
     with pytest.raises(ValueError, match="made by another Transformer"):
         m.transformer.forward(np.array([[1]]), other.transformer.state(8), 0)
-    inv_freq = m.transformer.inv_freq
     with pytest.raises(ValueError, match="KV cache"):
-        K.DecodeRun(m.config, transformer.Buffers(m.config, 1), transformer.KVCache(other.config, 8), inv_freq)
+        layer_c.Scratch(m.config, transformer.Buffers(m.config, 1), transformer.KVCache(other.config, 8))
     small = dataclasses.replace(m.config, intermediate_size=32)
     with pytest.raises(ValueError, match="buffers of another model"):
-        K.DecodeRun(m.config, transformer.Buffers(small, 1), transformer.KVCache(m.config, 8), inv_freq)
+        layer_c.Scratch(m.config, transformer.Buffers(small, 1), transformer.KVCache(m.config, 8))
 
 
 def test_weights_that_do_not_fit_the_config_are_refused():
@@ -228,7 +246,7 @@ def test_a_cache_or_buffer_c_cannot_write_as_float32_is_refused(part):
     else:
         buf.gate.flags.writeable = False
     with pytest.raises(ValueError, match="must be a writable C-contiguous float32 array"):
-        K.DecodeRun(m.config, buf, cache, m.transformer.inv_freq)
+        layer_c.Scratch(m.config, buf, cache)
 
 
 def test_a_few_positions_book_what_the_loop_books():

@@ -152,20 +152,14 @@ def _rope_freqs(cfg):
 
 def _tensor_plans(cfg, ckpt, arch, wtype):
     """{GGUF name: Planned} in llama.cpp's order, and the names stored as f16 instead of wtype."""
-    from .engine.weights import GGUF_NAMES, HF_NAMES, LLADA_NAMES
+    from .engine.weights import GGUF_NAMES, HF_NAMES, LLADA_NAMES, layer_tensors
     hf_names = LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES
-    d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
-    layer = dict(input_layernorm=(d,), q_proj=(qd, d), k_proj=(kvd, d), v_proj=(kvd, d), o_proj=(d, qd),
-                 post_attention_layernorm=(d,), gate_proj=(f, d), up_proj=(f, d), down_proj=(d, f))
-    if cfg.qkv_bias:
-        layer.update(q_bias=(qd,), k_bias=(kvd,), v_bias=(kvd,))
-    if cfg.o_bias:
-        layer.update(o_bias=(d,))
+    d, V = cfg.hidden_size, cfg.vocab_size
+    layer = layer_tensors(cfg)
     fields = [("embed_tokens", "", (V, d))]
-    fields += [(field, i, shape) for i in range(cfg.num_hidden_layers) for field, shape in layer.items()]
+    fields += [(t.name, i, t.shape(cfg)) for i in range(cfg.num_hidden_layers) for t in layer]
     fields += [("norm", "", (d,))] + ([] if cfg.tie_word_embeddings else [("lm_head", "", (V, d))])
-    H, KVH = cfg.num_attention_heads, cfg.num_key_value_heads
-    heads = dict(q_proj=H, q_bias=H, k_proj=KVH, k_bias=KVH) if ARCHITECTURES[arch].permuted else {}
+    heads = {t.name: t.permuted_heads(cfg) for t in layer if t.permuted_heads} if ARCHITECTURES[arch].permuted else {}
     plans, fallbacks = {}, []
     if cfg.rope_scaling[:1] == ("llama3",):   # first, as llama.cpp's converter writes it
         plans["rope_freqs.weight"] = _rope_freqs(cfg)

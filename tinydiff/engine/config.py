@@ -10,6 +10,7 @@ the stop set and, if it says do_sample, its sampling settings as the model's def
 """
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -48,6 +49,26 @@ class Config:
     # original_max_position_embeddings): Llama 3.1's frequency-dependent scaling; ("freq_factors",
     # f0, f1, ...): the same as a GGUF stores it, a divisor per frequency (transformer.py)
     rope_scaling: tuple = ()
+    # How the layer varies between families: data the NumPy layer (transformer.py), the C layer
+    # (csrc/layer.c) and the cost model (cost.py) all read; no layer tests a model_type.
+    hidden_act: str = "silu"         # the gated MLP's act(gate) * up: "silu" (Llama, Qwen) | "gelu_tanh" (Gemma)
+    norm_offset: float = 0.0         # RMSNorm scales by offset + w: 1 for Gemma's (1 + w), folded into w at load
+    qk_norm: bool = False            # RMSNorm over each head of q and k before RoPE (Qwen 3, Gemma 3)
+    sandwich_norms: bool = False     # the attention's and the MLP's outputs are normed before the residual (Gemma)
+    layer_windows: tuple = ()        # per layer, the keys a query sees back (p - j < w), 0 all; () no window
+    local_rope_theta: Optional[float] = None  # the windowed layers' RoPE base, unscaled (Gemma 3); None: rope_theta
+    attention_scale: Optional[float] = None   # q.k's scale; None: 1/sqrt(hd) (Gemma: query_pre_attn_scalar^-0.5)
+    embedding_scale: float = 1.0     # the embedding rows times this (Gemma: sqrt(d))
+    final_logit_softcapping: Optional[float] = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
+
+    def window(self, layer):
+        """The attention window of layer `layer` (0: every key the mask allows)."""
+        return self.layer_windows[layer] if self.layer_windows else 0
+
+    @property
+    def scale(self):
+        """The scale of q.k in attention."""
+        return 1.0 / math.sqrt(self.head_dim) if self.attention_scale is None else self.attention_scale
 
     @property
     def q_dim(self):

@@ -15,6 +15,7 @@ sort and similar bookkeeping are not counted as FLOPs.
 import functools
 
 from .masks import CAUSAL, AttentionMask
+from .weights import layer_tensors
 
 F32 = 4
 # A decode loop books the same few shapes at every step: the per-op costs are remembered, so
@@ -71,6 +72,21 @@ def gelu_tanh_mul(size):
     return 8 * size, {"activations": 3 * size * F32}
 
 
+ACTIVATIONS = {"silu": silu_mul, "gelu_tanh": gelu_tanh_mul}   # Config.hidden_act -> its cost
+
+
+@_memo
+def scale(size):
+    """y *= s (the embedding's scale): one FLOP an element, read and written."""
+    return size, {"activations": 2 * size * F32}
+
+
+@_memo
+def softcap(size):
+    """y = cap * tanh(y / cap): counted as 3 FLOPs an element (tanh as one), read and written."""
+    return 3 * size, {"activations": 2 * size * F32}
+
+
 @_memo
 def add(size):
     """A residual: y += b, two activations read, one written."""
@@ -99,24 +115,23 @@ def layer(config, n, w_bytes=F32):
     """[(op, cost)] of one decoder layer over n rows (batch x positions), all but its attention
     proper (which depends on the keys read): what the kernels of transformer.forward's loop body
     book. w_bytes: bytes a weight, one number or {matrix name ("q_proj", ...): bytes}, since a GGUF
-    file may mix types. Biases are booked as the config has them."""
+    file may mix types. Its matmuls and biases are the config's layer tensors (weights.LAYER_TENSORS);
+    its norms, activation and residuals the config's variant fields."""
     c = config
-    d, f, H, KVH, hd, qd, kvd = (c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads,
-                                 c.head_dim, c.q_dim, c.kv_dim)
-    wb = w_bytes if isinstance(w_bytes, dict) else dict.fromkeys(
-        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), w_bytes)
-    entries = [("norm", rmsnorm(n, d)), ("norm", rmsnorm(n, d)),
-               ("matmul", matmul(n, d, qd, wb["q_proj"])), ("matmul", matmul(n, d, kvd, wb["k_proj"])),
-               ("matmul", matmul(n, d, kvd, wb["v_proj"])),
-               ("rope", rope(n, H, hd)), ("rope", rope(n, KVH, hd)),
-               ("attention", kv_store(n * kvd)), ("attention", kv_store(n * kvd)),
-               ("matmul", matmul(n, qd, d, wb["o_proj"])), ("residual", add(n * d)),
-               ("mlp", matmul(n, d, f, wb["gate_proj"])), ("mlp", matmul(n, d, f, wb["up_proj"])),
-               ("mlp", silu_mul(n * f)), ("mlp", matmul(n, f, d, wb["down_proj"])), ("residual", add(n * d))]
-    if c.qkv_bias:
-        entries += [("matmul", bias_add(n, qd)), ("matmul", bias_add(n, kvd)), ("matmul", bias_add(n, kvd))]
-    if c.o_bias:
-        entries.append(("matmul", bias_add(n, d)))
+    d, f, H, KVH, hd = c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+    tensors = layer_tensors(c)
+    wb = w_bytes if isinstance(w_bytes, dict) else {t.name: w_bytes for t in tensors if t.matrix}
+    entries = [("norm", rmsnorm(n, d)), ("norm", rmsnorm(n, d))]
+    entries += [(t.op, matmul(n, t.shape(c)[1], t.shape(c)[0], wb[t.name])) for t in tensors if t.matrix]
+    entries += [("rope", rope(n, H, hd)), ("rope", rope(n, KVH, hd)),
+                ("attention", kv_store(n * KVH * hd)), ("attention", kv_store(n * KVH * hd)),
+                ("residual", add(n * d)), ("residual", add(n * d)),
+                ("mlp", ACTIVATIONS[c.hidden_act](n * f))]
+    if c.qk_norm:
+        entries += [("norm", rmsnorm(n * H, hd)), ("norm", rmsnorm(n * KVH, hd))]
+    if c.sandwich_norms:
+        entries += [("norm", rmsnorm(n, d)), ("norm", rmsnorm(n, d))]
+    entries += [(t.op, bias_add(n, t.shape(c)[0])) for t in tensors if not t.matrix and t.op != "norm"]
     return entries
 
 
@@ -173,10 +188,16 @@ def forward(config, n_new, n_past, mask, dtype_bytes=F32, n_kv=None, batch=1, al
 
     L = c.num_hidden_layers
     book("embedding", embedding(n, d, wb))
+    if c.embedding_scale != 1:
+        book("embedding", scale(n * d))
     for op, cost in layer(c, n, wb):
         book(op, cost, L)
-    book("attention", attention(n_new, H, KVH, hd, t, scores // batch), L * batch)
+    for l in range(L):                                  # each layer's window hides keys of its own
+        pairs = mask.windowed(c.window(l)).pairs(n_new, t, n_past) if c.window(l) else scores // batch
+        book("attention", attention(n_new, H, KVH, hd, t, pairs), batch)
     rows = batch * logit_rows if logit_rows is not None else n if all_logits else batch
     book("norm", rmsnorm(rows, d))
     book("lm_head", matmul(rows, d, V, wb))
+    if c.final_logit_softcapping:
+        book("lm_head", softcap(rows * V))
     return entry

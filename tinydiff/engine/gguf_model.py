@@ -46,15 +46,15 @@ HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "lla
 def load_gguf(path):
     """(Config, Weights, Tokenizer, stored bytes per type, ChatTemplate or None) of a GGUF model file."""
     from ..formats.tokenizer import Tokenizer
-    from .weights import GGUF_NAMES, load_weights
+    from .weights import GGUF_NAMES, layer_tensors, load_weights
     f = open_gguf(path)
     config = config_from_gguf(f)
     weights = load_weights(config, f, GGUF_NAMES)
     if ARCHITECTURES[config.model_type].permuted:   # back to HF's row order, which our RoPE expects
-        H, KVH = config.num_attention_heads, config.num_key_value_heads
+        permuted = [t for t in layer_tensors(config) if t.permuted_heads]
         for lw in weights.layers:
-            lw.q_proj, lw.q_bias = permute_rows(lw.q_proj, H, True), permute_rows(lw.q_bias, H, True)
-            lw.k_proj, lw.k_bias = permute_rows(lw.k_proj, KVH, True), permute_rows(lw.k_bias, KVH, True)
+            for t in permuted:
+                setattr(lw, t.name, permute_rows(getattr(lw, t.name), t.permuted_heads(config), True))
     tokenizer = Tokenizer.from_gguf(f.metadata, show(path))
     return config, weights, tokenizer, f.stored_bytes(), chat_template_of(f, config, tokenizer, path)
 

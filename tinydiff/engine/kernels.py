@@ -35,8 +35,8 @@ from .reference import physical_cores
 __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
            "simd", "simd_extensions",
            "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "softmax_stats", "gumbel_max", "rope",
-           "rope_qk", "silu_mul", "gelu_tanh_mul", "attention",
-           "DecodeLayer", "DecodeRun", "DecodeSeqs", "decode_layer"]
+           "rope_qk", "silu_mul", "gelu_tanh_mul", "attention", "add_bias", "add", "scale", "softcap", "embedding", "store",
+           "store_at"]
 
 ARM = platform.machine().lower() in ("aarch64", "arm64")
 SIMD_LEVELS = ("c", "neon") if ARM else ("c", "avx2", "avx512")  # index = the C level (cpu.c)
@@ -50,7 +50,7 @@ _rope, _silu_mul, _attention = lib.td_rope_f32, lib.td_silu_mul_f32, lib.td_atte
 _gelu_tanh_mul = lib.td_gelu_tanh_mul_f32
 _attention_paged = lib.td_attention_paged_f32
 PAGE = lib.TD_PAGE                 # keys per page of a paged KV cache (one block of the attention's)
-_rope_qk, _decode_layer, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_decode_layer, lib.td_rows_to_f32
+_rope_qk, _rows_to_f32 = lib.td_rope_qk_f32, lib.td_rows_to_f32
 _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF16: (lib.TD_BF16, 1),
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK),
           quant.Q8_0X8: (lib.TD_Q8_0X8, quant.QK),
@@ -427,125 +427,6 @@ def attention(q, k, v, out=None, *, mask=CAUSAL, q_pos0=0, scale=None, op="atten
     return out
 
 
-# -- one decoder layer for one new token, in one C call (csrc/layer.c) ------------------------
-
-class DecodeLayer:
-    """A layer's weights as csrc/layer.c reads them: a struct td_layer of pointers into the arrays
-    (kept alive here), made once per model; and what one call books, but for attention (which grows
-    with the position): cost.layer, what the per-kernel wrappers above book in forward's loop."""
-
-    def __init__(self, cfg, lw):
-        d, f, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.q_dim, cfg.kv_dim
-        shapes = dict(q_proj=(qd, d), k_proj=(kvd, d), v_proj=(kvd, d), o_proj=(d, qd), gate_proj=(f, d),
-                      up_proj=(f, d), down_proj=(d, f), input_layernorm=(d,), post_attention_layernorm=(d,),
-                      q_bias=(qd,), k_bias=(kvd,), v_bias=(kvd,), o_bias=(d,))
-        mats = {name: _weight(getattr(lw, name)) for name in
-                ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
-        vecs = {name: _f32(getattr(lw, name)) for name in ("input_layernorm", "post_attention_layernorm")}
-        vecs.update({name: _f32(getattr(lw, name)) for name in ("q_bias", "k_bias", "v_bias", "o_bias")
-                     if getattr(lw, name) is not None})
-        got = {**{name: (quant.rows(m[0]), m[2]) if m[0].ndim == 2 else m[0].shape for name, m in mats.items()},
-               **{n: v.shape for n, v in vecs.items()}}
-        for name, shape in got.items():     # the C layer reads by the config's sizes: they must hold
-            if shape != shapes[name]:
-                raise ValueError(f"decode layer: {name} is {shape}, the config wants {shapes[name]}")
-        fields = {name: _p(a) for name, a in vecs.items()}
-        for name, (w, kind, _, ptr) in mats.items():
-            fields[name], fields[name[:-5] + "_type"] = ptr, kind
-        self._arrays = (mats, vecs, fields)                            # the pointers' owners
-        self.c = ffi.new("struct td_layer *", fields)
-        self._cfg, self._w_bytes = cfg, {name: quant.bytes_per_weight(m[0]) for name, m in mats.items()}
-        self._costs = {}                                               # n -> cost.layer(cfg, n, ...)
-        self.shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-
-    def costs_of(self, n):
-        """What one call over n rows books but attention (cost.layer), made once per n."""
-        if n not in self._costs:
-            self._costs[n] = cost.layer(self._cfg, n, self._w_bytes)
-        return self._costs[n]
-
-
-class DecodeRun:
-    """A few positions' run state for csrc/layer.c: the model's sizes, the scratch rows of a
-    transformer.Buffers, and its KV cache: B sequences of ctx slots [L, B, ctx, KVH*hd], or a
-    pool of pages [L, rows, KVH*hd] that sequences hold by page tables (a PagedKVCache)."""
-
-    def __init__(self, cfg, buf, cache, inv_freq):
-        self.paged = cache.k.ndim == 3
-        L, *rest, kvd = cache.k.shape
-        if ((L, kvd) != (cfg.num_hidden_layers, cfg.kv_dim) or cache.v.shape != cache.k.shape
-                or cache.k.ndim not in (3, 4)):
-            raise ValueError(f"decode: a KV cache [{cfg.num_hidden_layers}, B, ctx, {cfg.kv_dim}] or "
-                             f"[{cfg.num_hidden_layers}, rows, {cfg.kv_dim}] expected, got {cache.k.shape}")
-        self.batch, self.ctx = (1, rest[0]) if self.paged else rest    # paged: one pool of ctx rows
-        rows = {"x": cfg.hidden_size, "h": cfg.hidden_size, "q": cfg.q_dim, "att": cfg.q_dim, "k": cfg.kv_dim,
-                "v": cfg.kv_dim, "gate": cfg.intermediate_size, "up": cfg.intermediate_size}
-        for name, width in rows.items():
-            if getattr(buf, name).shape[1:] != (width,) or not len(getattr(buf, name)):
-                raise ValueError(f"decode: buffers of another model ({name} {getattr(buf, name).shape})")
-        for what, a in [("the KV cache", cache.k), ("the KV cache", cache.v), *(("buffer " + n, getattr(buf, n))
-                                                                                for n in rows)]:
-            if not (a.dtype == _F32 and a.flags.c_contiguous and a.flags.writeable):   # C writes them as float32
-                raise ValueError(f"decode: {what} must be a writable C-contiguous float32 array, got {a.dtype}")
-        inv_freq = _f32(inv_freq)
-        rows = dict(inv_freq=_p(inv_freq), **{n: _p(getattr(buf, n)) for n in ("h", "q", "att", "k", "v", "gate",
-                                                                              "up")})
-        self._arrays = (inv_freq, rows)                                # the pointers' owners
-        self.c = ffi.new("struct td_decode *", dict(
-            d=cfg.hidden_size, heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, hd=cfg.head_dim,
-            f=cfg.intermediate_size, eps=cfg.rms_norm_eps, **rows))
-        self.x = _p(buf.x)                                             # [rows, d] the residual stream
-        self.rows = len(buf.x)
-        self.k, self.v, self.layer_floats = _p(cache.k), _p(cache.v), cache.k[0].size
-        self.seq_floats = 0 if self.paged else self.ctx * kvd          # one sequence's slots in a layer
-
-
-class DecodeSeqs:
-    """The sequences of one pass as csrc/layer.c takes them (struct td_seq[]), each checked to fit
-    its cache, made once a pass for every layer: slots [B] (the cache sequence of each), starts,
-    lens and kv_lens [B] (first position, rows, keys read), tables (a paged cache's, by slot)."""
-
-    def __init__(self, run, slots, starts, lens, kv_lens, tables=None):
-        self.c = ffi.new("struct td_seq[]", len(lens))
-        self.rows, self._keep = int(sum(lens)), []                     # the page tables' owners
-        self.spans = list(zip(map(int, lens), map(int, kv_lens), map(int, starts)))   # [(n, t, pos)] for booking
-        for i, (slot, (n, t, pos)) in enumerate(zip(slots, self.spans)):
-            seq = self.c[i]
-            if tables is None:
-                if not 0 <= slot < run.batch:
-                    raise ValueError(f"decode: no sequence {slot} in a cache of {run.batch}")
-                limit, at = run.ctx, slot * run.seq_floats
-            else:
-                table = np.ascontiguousarray(tables[slot], dtype=np.int64)
-                if ((table < 0) | (table >= run.ctx // PAGE)).any():
-                    raise ValueError(f"decode: page table {table.tolist()} outside a pool of {run.ctx // PAGE} pages")
-                limit, at, seq.pages = len(table) * PAGE, 0, _buf("int64_t[]", table)
-                self._keep.append((table, seq.pages))
-            if not 0 <= pos <= pos + n <= t <= limit:
-                raise ValueError(f"decode: position {pos + n - 1} is outside the cache's {limit} slots, or reads "
-                                 f"{t} keys")
-            seq.n, seq.pos, seq.kv_len, seq.k, seq.v = n, pos, t, run.k + at, run.v + at
-        if not 1 <= self.rows <= min(run.rows, MAX_LAYER_ROWS):
-            raise ValueError(f"decode: {self.rows} positions in one call; the buffers hold {run.rows}, a call at "
-                             f"most {MAX_LAYER_ROWS}")
-
-
-MAX_LAYER_ROWS = lib.TD_LAYER_MAX_ROWS      # the most positions one decode_layer call takes
-
-
-def decode_layer(layer, run, l, seqs, mask=CAUSAL):
-    """run's x [n, d] += decoder layer l (weights: a DecodeLayer) for the rows of seqs (a
-    DecodeSeqs), one sequence after another; each one's K and V go into its cache slots pos..pos+n-1
-    of layer l, and its attention reads slots 0..kv_len-1 under mask (its window included)."""
-    if _decode_layer(layer.c, run.c, run.x, seqs.c, len(seqs.spans), l, run.layer_floats, mask.block,
-                     mask.window):
-        raise MemoryError("decode: no memory for x in the dot product's type, or for attention's scratch")
-    if ledger.active():
-        ledger.book_all(layer.costs_of(seqs.rows))
-        for n, t, pos in seqs.spans:
-            ledger.book("attention", cost.attention(n, *layer.shape, t, mask.pairs(n, t, pos)))
-
-
 # -- NumPy glue the forward pass also books: small next to the kernels, but real bytes ----------
 
 def add_bias(x, b, op="matmul"):
@@ -553,6 +434,33 @@ def add_bias(x, b, op="matmul"):
     np.add(x, b, out=x)
     if ledger.active():
         ledger.book(op, cost.bias_add(x.size // b.size, b.size, quant.bytes_per_weight(b)))
+    return x
+
+
+def add(x, y, op="residual"):
+    """x[n, d] += y[n, d] in place (a residual from a block whose output was normed first)."""
+    np.add(x, y, out=x)
+    if ledger.active():
+        ledger.book(op, cost.add(x.size))
+    return x
+
+
+def scale(x, s, op="embedding"):
+    """x *= s in place, in float32 (the embedding's scale)."""
+    np.multiply(x, np.float32(s), out=x)
+    if ledger.active():
+        ledger.book(op, cost.scale(x.size))
+    return x
+
+
+def softcap(x, cap, op="lm_head"):
+    """x = cap * tanh(x / cap) in place, in float32, in the order Gemma 2 writes it (divide, tanh, multiply)."""
+    cap = np.float32(cap)
+    np.divide(x, cap, out=x)
+    np.tanh(x, out=x)
+    np.multiply(x, cap, out=x)
+    if ledger.active():
+        ledger.book(op, cost.softcap(x.size))
     return x
 
 

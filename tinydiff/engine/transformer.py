@@ -2,18 +2,20 @@
 
 As in llama2.c's `Transformer {config, weights, state}`: the Config (config.py) and the Weights
 (weights.py, views of the memory-mapped checkpoint) are read-only and held by a Transformer with
-what is derived from them once (RoPE's inverse frequencies, csrc/layer.c's view of each layer);
-the run State is what one generation writes (the KV cache, the scratch buffers, the C decode
-step's view of both), made once per generation by Transformer.state and reused for every pass.
-Several threads may run one Transformer at once, each with its own State; every pass runs on the
-Transformer's own thread pool (kernels.ThreadPool), so two models never share threads.
+what is derived from them once (each layer's RoPE table, csrc/layer.c's view of each layer); the
+run State is what one generation writes (the KV cache, the scratch buffers, csrc/layer.c's view of
+both), made once per generation by Transformer.state and reused for every pass. Several threads
+may run one Transformer at once, each with its own State; every pass runs on the Transformer's own
+thread pool (kernels.ThreadPool), so two models never share threads.
 
 Transformer.forward is the one entry for every pass: prefill, decoding, diffusion steps, batches.
-Passes of up to kernels.MAX_LAYER_ROWS = 1024 rows that fit the State's buffers (a decode step of
-one sequence or of a batch, a prompt, a block of block diffusion, diffusion canvases) go through
-csrc/layer.c, the same layer body in C (one call a layer instead of ~11 kernel calls a sequence,
-whose Python would cost a small model a third of its time); tests/test_decode_layer.py holds the
-two to the same logits and cache, bit for bit. Longer passes run the loop below.
+Which body runs: a pass of up to layer_c.MAX_LAYER_ROWS = 1024 rows that fits the State's
+buffers (a decode step of one sequence or of a batch, a prompt, a block of block diffusion, a
+diffusion canvas) runs layers_c, each layer one call of csrc/layer.c; a longer one runs layers, the
+readable loop of kernel calls below, which layer.c follows kernel for kernel (one call a layer
+instead of ~11 kernel calls, whose Python would cost a small model a third of its time).
+tests/test_decode_layer.py holds the two to the same logits and cache, bit for bit, for every
+variant of the layer (the Config's fields: QK-norm, sandwich norms, activation, windows, ...).
 
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
 H/KVH = query/key-value heads, hd = head_dim, f = intermediate_size, V = vocab_size.
@@ -25,10 +27,11 @@ from collections import OrderedDict
 import numpy as np
 
 from . import kernels as K
-from . import ledger
+from . import layer_c, ledger
 from .masks import BIDIRECTIONAL, CAUSAL
+from .weights import MATRICES
 
-MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ACTIVATIONS = {"silu": K.silu_mul, "gelu_tanh": K.gelu_tanh_mul}   # Config.hidden_act: act(gate) * up
 
 
 def interleaved(weights, panels=False):
@@ -44,17 +47,19 @@ def interleaved(weights, panels=False):
     return dataclasses.replace(weights, embed_tokens=embed, layers=layers, lm_head=head)
 
 
-def rope_inv_freq(cfg):
-    """RoPE's inverse frequencies [hd/2], computed in float32 as transformers computes them
-    (modeling_rope_utils.py), with the config's scaling: linear divides every frequency by the
-    factor (positions stretched); llama3 divides only the low ones (wavelengths longer than the
-    original context / low_freq_factor), keeps the high ones (shorter than original context /
-    high_freq_factor) and blends the ones between; freq_factors (a GGUF's rope_freqs.weight) gives
-    each frequency's divisor."""
+def rope_inv_freq(cfg, layer=None):
+    """RoPE's inverse frequencies [hd/2] (of layer `layer`: a windowed layer of a config with a
+    local_rope_theta takes that base, unscaled, as Gemma 3's sliding layers do), computed in float32
+    as transformers computes them (modeling_rope_utils.py), with the config's scaling: linear divides
+    every frequency by the factor (positions stretched); llama3 divides only the low ones
+    (wavelengths longer than the original context / low_freq_factor), keeps the high ones (shorter
+    than original context / high_freq_factor) and blends the ones between; freq_factors (a GGUF's
+    rope_freqs.weight) gives each frequency's divisor."""
     f32 = np.float32
+    local = layer is not None and cfg.local_rope_theta is not None and cfg.window(layer) > 0
     exponent = np.arange(0, cfg.head_dim, 2, dtype=f32) / f32(cfg.head_dim)
-    inv_freq = (f32(1.0) / f32(cfg.rope_theta) ** exponent).astype(f32)
-    kind, *p = cfg.rope_scaling or ("default",)
+    inv_freq = (f32(1.0) / f32(cfg.local_rope_theta if local else cfg.rope_theta) ** exponent).astype(f32)
+    kind, *p = ("default",) if local or not cfg.rope_scaling else cfg.rope_scaling
     if kind == "linear":
         return (inv_freq / f32(p[0])).astype(f32)
     if kind == "freq_factors":   # GGUF's llama3 scaling: the factor each frequency is divided by
@@ -78,6 +83,16 @@ class KVCache:
         self.k = np.zeros(shape, np.float32)   # [L, B, ctx, KVH*hd]
         self.v = np.zeros(shape, np.float32)   # [L, B, ctx, KVH*hd]
 
+    def store(self, l, slot, pos, k, v):
+        """k, v [n, KVH*hd] of positions pos [n] (consecutive) into the sequence's slots of layer l."""
+        s = int(pos[0])
+        K.store(self.k[l, slot, s:s + len(pos)], k)
+        K.store(self.v[l, slot, s:s + len(pos)], v)
+
+    def keys_values(self, l, slot, t):
+        """(keys, values [t, KVH*hd], attention's paging arguments) of the sequence's first t positions."""
+        return self.k[l, slot, :t], self.v[l, slot, :t], {}
+
 
 class PagedKVCache:
     """Keys and values in pages of PAGE positions (kernels.PAGE, the attention's key block), shared
@@ -98,6 +113,18 @@ class PagedKVCache:
         self.refs = [0] * pages              # sequences holding each page
         self.named, self.name_of = {}, {}    # prefix name -> page, page -> name
         self.idle = OrderedDict()            # named pages no sequence holds, least recently used first
+
+    def store(self, l, slot, pos, k, v):
+        """k, v [n, KVH*hd] of positions pos [n] into the pool rows of the sequence's pages, layer l."""
+        table = self.tables[slot]
+        at = table[pos // K.PAGE] * K.PAGE + pos % K.PAGE
+        K.store_at(self.k[l], at, k)
+        K.store_at(self.v[l], at, v)
+
+    def keys_values(self, l, slot, t):
+        """(the pools of layer l, [rows, KVH*hd] each, and attention's paging arguments: the
+        sequence's page table and its t keys)."""
+        return self.k[l], self.v[l], {"pages": self.tables[slot], "t": int(t)}
 
     @staticmethod
     def page_bytes(cfg):
@@ -205,7 +232,7 @@ class State:
         self.owner = transformer
         self.cache = KVCache(cfg, n_ctx, batch) if pages is None else PagedKVCache(cfg, pages)  # x2 [L, ...]
         self.buf = Buffers(cfg, rows)                                 # [rows, ...]
-        self.decode = K.DecodeRun(cfg, self.buf, self.cache, transformer.inv_freq)
+        self.scratch = layer_c.Scratch(cfg, self.buf, self.cache)
 
 
 class Seqs:
@@ -226,17 +253,20 @@ class Seqs:
 
 
 class Transformer:
-    """A model's config and weights, its RoPE table, its layers as csrc/layer.c reads them and its
-    thread pool (threads: its count; default the default pool's), built once. The weights are read
-    as they are when it is made (layer.c keeps pointers to them)."""
+    """A model's config and weights, each layer's RoPE table, its layers as csrc/layer.c reads them
+    and its thread pool (threads: its count; default the default pool's), built once. The weights
+    are read as they are when it is made (layer.c keeps pointers to them)."""
 
     def __init__(self, config, weights, threads=None):
         if len(weights.layers) != config.num_hidden_layers:
             raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
                              f"{config.num_hidden_layers}")
         self.config, self.weights = config, interleaved(weights, panels=not config.causal)
-        self.inv_freq = rope_inv_freq(config)                         # [hd/2]
-        self.decode_layers = [K.DecodeLayer(config, lw) for lw in self.weights.layers]
+        self.inv_freq = rope_inv_freq(config)                         # [hd/2] the full-attention layers'
+        local = rope_inv_freq(config, next((l for l in range(config.num_hidden_layers) if config.window(l)), None))
+        self.inv_freqs = [local if config.window(l) else self.inv_freq   # [L] x [hd/2]
+                          for l in range(config.num_hidden_layers)]
+        self.c_layers = [layer_c.Layer(config, lw, f) for lw, f in zip(self.weights.layers, self.inv_freqs)]
         self.pool = K.ThreadPool(K.get_threads() if threads is None else K.check_threads(threads))
 
     def state(self, n_ctx, batch=1, rows=None, pages=None):
@@ -248,10 +278,10 @@ class Transformer:
         """Runs ids [B, n] (B sequences, the tokens at positions start..start+n-1 of each) through the model.
 
         Their keys and values go into cache slots start..start+n-1; attention reads slots 0..kv_len-1
-        (default: up to the last new position) under mask (masks.py). Autoregressive decoding
-        appends (start = positions so far); a diffusion step with a cache recomputes a span of the
-        canvas and reads the cached rest. Returns logits [B*n, V], or [B, V] for each sequence's last
-        position (the same for one position).
+        (default: up to the last new position) under mask (masks.py; each layer adds its own window,
+        Config.layer_windows). Autoregressive decoding appends (start = positions so far); a
+        diffusion step with a cache recomputes a span of the canvas and reads the cached rest.
+        Returns logits [B*n, V], or [B, V] for each sequence's last position (the same for one position).
 
         Batched decoding: start may give each sequence its own first position ([B] ints), and slots
         the State's sequence each row of ids is (default 0..B-1), so sequences of different
@@ -264,88 +294,103 @@ class Transformer:
         (a diffusion step needs the positions it may commit, not the whole canvas)."""
         if state.owner is not self:
             raise ValueError("forward: this State was made by another Transformer (Transformer.state)")
-        seqs = Seqs(ids, start, kv_len, slots)
+        return self.forward_seqs(Seqs(ids, start, kv_len, slots), state, mask, last_only, out_rows)
+
+    def forward_seqs(self, seqs, state, mask=CAUSAL, last_only=False, out_rows=None, body=None):
+        """forward's pass for the sequences of seqs (a Seqs), through body (layers or layers_c;
+        default layers_c where the pass fits it, as forward says; tests choose)."""
+        if body is None:
+            fits = seqs.rows <= min(state.scratch.rows, layer_c.MAX_LAYER_ROWS)
+            body = self.layers_c if fits else self.layers               # the loop below, in C, or it
         with self.pool:
-            if seqs.rows <= min(state.decode.rows, K.MAX_LAYER_ROWS):
-                return self.decode(seqs, state, mask, last_only, out_rows)   # the loop below, in C
-            return self.layers(seqs, state, mask, last_only, out_rows)
+            x = self.embed(seqs, state)                                 # [N, d]
+            body(x, seqs, state, mask)                                  # x += every layer
+            return self.logits(x, seqs, last_only, out_rows)
 
-    def layers(self, seqs, state, mask, last_only, out_rows=None):
-        """forward's pass, kernel by kernel: the readable definition, for the sequences of seqs (a
-        Seqs: their ids one after another, run through the same matmuls)."""
-        cfg, w, cache, buf = self.config, self.weights, state.cache, state.buf
-        lens, ends, starts, kv_lens, slots = seqs.lens, seqs.ends, seqs.starts, seqs.kv_lens, seqs.slots  # [B] each
-        N = seqs.rows
-        H, KVH, hd, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
-        pos = np.concatenate([np.arange(s, s + m) for s, m in zip(starts, lens)])   # [N] positions, for RoPE
-        paged = isinstance(cache, PagedKVCache)
-        x, h, q, k, v = buf.x[:N], buf.h[:N], buf.q[:N], buf.k[:N], buf.v[:N]
+    def embed(self, seqs, state):
+        """The pass's start: the embedding rows of its ids, scaled as the config says; x [N, d]."""
+        x = state.buf.x[:seqs.rows]                                     # [N, d] the residual stream
+        ledger.begin_pass(tokens=seqs.rows)
+        K.embedding(self.weights.embed_tokens, seqs.ids, out=x)         # [N, d]
+        if self.config.embedding_scale != 1:
+            K.scale(x, self.config.embedding_scale, op="embedding")     # Gemma: x *= sqrt(d)
+        return x
+
+    def layers(self, x, seqs, state, mask):
+        """x [N, d] += every decoder layer, kernel by kernel: the readable definition, for the
+        sequences of seqs (a Seqs: their rows one after another, run through the same matmuls).
+        Each choice a model family makes is a field of the Config or a tensor that is there or not."""
+        cfg, cache, buf = self.config, state.cache, state.buf
+        N, H, KVH, hd, eps = seqs.rows, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
+        pos = np.concatenate([np.arange(s, s + m) for s, m in zip(seqs.starts, seqs.lens)])   # [N] positions
+        h, q, k, v = buf.h[:N], buf.q[:N], buf.k[:N], buf.v[:N]
         att, gate, up = buf.att[:N], buf.gate[:N], buf.up[:N]
-        ledger.begin_pass(tokens=N)
-        K.embedding(w.embed_tokens, seqs.ids, out=x)                    # [N, d]
 
-        for l, lw in enumerate(w.layers):
-            # attention: x += o_proj(attention(rope(q), rope(k), v))
+        for l, lw in enumerate(self.weights.layers):
+            # attention: x += [norm](o_proj(attention(rope([norm] q), rope([norm] k), v)))
             K.rmsnorm(x, lw.input_layernorm, eps, out=h, op="norm")     # [N, d]
             K.matmuls(h, (lw.q_proj, lw.k_proj, lw.v_proj), (q, k, v), op="matmul")  # [N, H*hd], 2x [N, KVH*hd]
             if lw.q_bias is not None:
                 K.add_bias(q, lw.q_bias, op="matmul")
                 K.add_bias(k, lw.k_bias, op="matmul")
                 K.add_bias(v, lw.v_bias, op="matmul")
-            K.rope_qk(q.reshape(N, H, hd), k.reshape(N, KVH, hd), pos, self.inv_freq, op="rope")
-            for slot, s, t, n, end in zip(slots, starts, kv_lens, lens, ends):
+            if lw.q_norm is not None:                                   # QK-norm, each head on its own
+                K.rmsnorm(q.reshape(N * H, hd), lw.q_norm, eps, out=q.reshape(N * H, hd), op="norm")
+                K.rmsnorm(k.reshape(N * KVH, hd), lw.k_norm, eps, out=k.reshape(N * KVH, hd), op="norm")
+            K.rope_qk(q.reshape(N, H, hd), k.reshape(N, KVH, hd), pos, self.inv_freqs[l], op="rope")
+            layer_mask = mask.windowed(cfg.window(l)) if cfg.window(l) else mask
+            for slot, s, t, n, end in zip(seqs.slots, seqs.starts, seqs.kv_lens, seqs.lens, seqs.ends):
                 rows = slice(end - n, end)
-                if paged:                                               # the pool rows of positions s..s+n-1
-                    table = cache.tables[slot]
-                    at = table[pos[rows] // K.PAGE] * K.PAGE + pos[rows] % K.PAGE
-                    K.store_at(cache.k[l], at, k[rows])
-                    K.store_at(cache.v[l], at, v[rows])
-                    K.attention(q[rows].reshape(n, H, hd), cache.k[l].reshape(-1, KVH, hd),
-                                cache.v[l].reshape(-1, KVH, hd), out=att[rows].reshape(n, H, hd),
-                                mask=mask, q_pos0=s, op="attention", pages=table, t=int(t))
-                    continue
-                K.store(cache.k[l, slot, s:s + n], k[rows])             # [n, KVH*hd] into the cache
-                K.store(cache.v[l, slot, s:s + n], v[rows])
-                K.attention(q[rows].reshape(n, H, hd),
-                            cache.k[l, slot, :t].reshape(t, KVH, hd),   # [t, KVH, hd]
-                            cache.v[l, slot, :t].reshape(t, KVH, hd),
-                            out=att[rows].reshape(n, H, hd), mask=mask, q_pos0=s,
-                            op="attention")                             # [n, H, hd]
-            K.matmul(att, lw.o_proj, out=x, op="matmul", residual=True) # x += [N, d]
-            if lw.o_bias is not None:
-                K.add_bias(x, lw.o_bias, op="matmul")
+                cache.store(l, slot, pos[rows], k[rows], v[rows])       # [n, KVH*hd] into the cache
+                keys, values, paging = cache.keys_values(l, slot, t)    # [t, KVH*hd] (or pools)
+                K.attention(q[rows].reshape(n, H, hd), keys.reshape(-1, KVH, hd), values.reshape(-1, KVH, hd),
+                            out=att[rows].reshape(n, H, hd), mask=layer_mask, q_pos0=s, scale=cfg.scale,
+                            op="attention", **paging)                   # [n, H, hd]
+            self._residual(x, att, lw.o_proj, lw.o_bias, lw.post_attention_norm, h, "matmul")  # x += [N, d]
 
-            # MLP: x += down_proj(silu(gate_proj(x)) * up_proj(x))
+            # MLP: x += [norm](down_proj(act(gate_proj(x)) * up_proj(x)))
             K.rmsnorm(x, lw.post_attention_layernorm, eps, out=h, op="norm")  # [N, d]
             K.matmuls(h, (lw.gate_proj, lw.up_proj), (gate, up), op="mlp")  # 2x [N, f]
-            K.silu_mul(gate, up, out=gate, op="mlp")                    # [N, f]
-            K.matmul(gate, lw.down_proj, out=x, op="mlp", residual=True)  # x += [N, d]
+            ACTIVATIONS[cfg.hidden_act](gate, up, out=gate, op="mlp")   # [N, f]
+            self._residual(x, gate, lw.down_proj, None, lw.post_feedforward_layernorm, h, "mlp")  # x += [N, d]
 
-        return self.logits(x, seqs, last_only, out_rows)
+    def _residual(self, x, a, w, bias, norm, h, op):
+        """x += a @ w.T (+ bias), normed first if the layer norms its blocks' outputs (norm given);
+        h [N, d] is the scratch for that."""
+        if norm is None:
+            K.matmul(a, w, out=x, op=op, residual=True)                 # x += [N, d]
+            if bias is not None:
+                K.add_bias(x, bias, op=op)
+            return
+        K.matmul(a, w, out=h, op=op)                                    # [N, d]
+        if bias is not None:
+            K.add_bias(h, bias, op=op)
+        K.rmsnorm(h, norm, self.config.rms_norm_eps, out=h, op="norm")
+        K.add(x, h, op="residual")                                      # x += [N, d]
 
-    def decode(self, seqs, state, mask=CAUSAL, last_only=False, out_rows=None):
-        """layers() for passes of up to kernels.MAX_LAYER_ROWS rows, each layer one C call
-        (csrc/layer.c: the loop body above, kernel for kernel): a decode step of one sequence or a
-        batch, a prompt, a block of block diffusion, canvases. Returns what layers returns."""
-        run, w, n = state.decode, self.weights, seqs.rows
-        c_seqs = K.DecodeSeqs(run, seqs.slots, seqs.starts, seqs.lens, seqs.kv_lens,
-                              state.cache.tables if run.paged else None)
-        x = state.buf.x[:n]                                             # [n, d] residual stream
-        ledger.begin_pass(tokens=n)
-        K.embedding(w.embed_tokens, seqs.ids, out=x)                    # [n, d]
-        for l, layer in enumerate(self.decode_layers):
-            K.decode_layer(layer, run, l, c_seqs, mask)                 # x += layer l  [n, d]
-        return self.logits(x, seqs, last_only, out_rows)
+    def layers_c(self, x, seqs, state, mask):
+        """layers() for passes of up to layer_c.MAX_LAYER_ROWS rows, each layer one C call
+        (csrc/layer.c: the loop body above, kernel for kernel)."""
+        c_seqs = layer_c.Seqs(state.scratch, seqs.slots, seqs.starts, seqs.lens, seqs.kv_lens,
+                              state.cache.tables if state.scratch.paged else None)
+        cfg = self.config
+        for l, layer in enumerate(self.c_layers):
+            layer_mask = mask.windowed(cfg.window(l)) if cfg.window(l) else mask
+            layer_c.forward(layer, state.scratch, l, c_seqs, layer_mask)   # x += layer l  [n, d]
 
     def logits(self, x, seqs, last_only, out_rows):
         """The pass's end: the final norm and the LM head on the rows of x [N, d] wanted (out_rows,
-        or each sequence's last with last_only, or all). Returns [N, B or rows, V]."""
+        or each sequence's last with last_only, or all), soft-capped if the config says so.
+        Returns [N, B or rows, V]."""
         if out_rows is not None:
             x = x[out_rows]                                             # [rows, d] those wanted
         elif last_only:
             x = x[seqs.ends - 1]                                        # [B, d] each sequence's last row
         out = K.rmsnorm(x, self.weights.norm, self.config.rms_norm_eps, op="norm")   # [N, B or rows, d]
-        return K.matmul(out, self.weights.lm_head, op="lm_head")        # [N, B or rows, V]
+        logits = K.matmul(out, self.weights.lm_head, op="lm_head")      # [N, B or rows, V]
+        if self.config.final_logit_softcapping:
+            K.softcap(logits, self.config.final_logit_softcapping, op="lm_head")   # cap * tanh(logits / cap)
+        return logits
 
     def canvas_logits(self, canvas, state, start=0, end=None, want=None):
         """Bidirectional logits [B, end-start, V] for canvas [B, L] positions start..end-1.
@@ -353,37 +398,38 @@ class Transformer:
         Recomputes canvas[:, start:end] (their K/V overwrite those cache slots) attending over all
         canvas positions; the slots outside [start, end) are read from the cache as an earlier pass
         left them. start=0, end=None is a full, uncached pass. Row i is the distribution of the token
-        at position start+i: for a model that predicts position i from row i-1 (Dream), one more
-        position is recomputed on the left and the rows shifted (canvas_pass, canvas_rows).
+        at position start+i, for every model (Dream's shift is canvas_rows').
         want: positions (in start..end-1) whose distributions alone are wanted: [B, len(want), V],
         the LM head run on those rows only."""
         B, L = canvas.shape
-        first, end = canvas_pass(self.config, start, L if end is None else end)
-        n = end - first
-        rows = None if want is None else (np.arange(B)[:, None] * n + source_rows(self.config, want, first)).reshape(-1)
-        logits = self.forward(canvas[:, first:end], state, first, kv_len=L, mask=BIDIRECTIONAL, out_rows=rows)
-        if want is not None:
-            return logits.reshape(B, len(want), -1)
-        return canvas_rows(self.config, logits.reshape(B, n, -1), first, start)
+        end = L if end is None else end
+        first, out_rows, unshift = canvas_rows(self.config, B, start, end, want)
+        return unshift(self.forward(canvas[:, first:end], state, first, kv_len=L, mask=BIDIRECTIONAL,
+                                    out_rows=out_rows))
 
 
-def canvas_pass(config, start, end):
-    """(first, end): the positions a bidirectional pass recomputes for the rows start..end-1: one
-    more on the left for a model whose row i predicts position i+1 (Dream's shifted logits)."""
-    return (start - 1 if config.shifted_logits and start > 0 else start), end
+def canvas_rows(config, B, start, end, want=None, left=None):
+    """Dream's shift, the one place it is written: which rows of a bidirectional pass over B
+    sequences hold the distributions of positions `want` (default start..end-1). A model whose row i
+    predicts position i+1 (config.shifted_logits: Dream, an AR model read as a diffusion one) has
+    position p's in row p-1, so the pass recomputes one position more on the left, unless `left`
+    [B, V], the logits of that row, is given (block diffusion: the last row of the pass that cached
+    the text before the block). Position 0, with no row before it, keeps its own.
 
+    Returns (first, out_rows, unshift): the pass recomputes positions first..end-1; out_rows, the
+    rows of its B*(end-first) (one sequence after another) the LM head runs on (None: all of them,
+    when want is None); unshift(the pass's logits) -> [B, len(want), V]."""
+    shift = 1 if config.shifted_logits else 0
+    first = start - 1 if shift and start > 0 and left is None else start
+    pos = np.arange(start, end) if want is None else np.asarray(want, np.int64)
+    src = (pos - shift if left is not None else np.maximum(pos - shift, 0)) - first   # rows; -1: left's
+    inner = src[src >= 0]                                               # the rows this pass gives
+    if want is None:                                                    # all rows run: pick, a view if it can be
+        pick, out_rows = (slice(len(inner)) if np.array_equal(inner, np.arange(len(inner))) else inner), None
+    else:                                                               # the LM head on those rows alone
+        pick, out_rows = slice(None), (np.arange(B)[:, None] * (end - first) + inner).reshape(-1)
 
-def source_rows(config, want, first):
-    """The rows of a pass starting at position `first` that hold the distributions of positions
-    `want`: row p - first, or for a shifted model row p - 1 - first (position 0 keeps its own)."""
-    want = np.asarray(want, np.int64)
-    return (np.maximum(want - 1, 0) if config.shifted_logits else want) - first
-
-
-def canvas_rows(config, logits, first, start):
-    """That pass's logits [B, n, V] as rows start..end-1, row i the distribution of position i."""
-    if not config.shifted_logits:
-        return logits
-    if first < start:                                                   # row i <- row i-1
-        return logits[:, :-1]
-    return np.concatenate([logits[:, :1], logits[:, :-1]], axis=1)      # row 0 keeps its own
+    def unshift(logits):
+        rows = logits.reshape(B, -1, logits.shape[-1])[:, pick]         # [B, rows it gave, V]
+        return rows if len(inner) == len(src) else np.concatenate([left[:, None], rows], axis=1)
+    return first, out_rows, unshift

@@ -15,29 +15,111 @@ RoPE's frequencies are recomputed from rope_theta), and lm_head.weight in a file
 tie_word_embeddings: transformers ties the head to the embedding and overwrites the stored head
 (tie_weights), so its logits come from the embedding, and ours match them.
 """
-from dataclasses import dataclass
-from typing import List, Optional
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
 
 import numpy as np
 
 from ..formats.files import fail, show
 
 
+def tensor(shape, matrix=False, op="norm", present=None, permuted_heads=None, *, hf, gguf, llada=None):
+    """A LayerWeights field declared with what every reader of the table needs (LayerTensor)."""
+    meta = LayerTensor(shape, matrix, op, present or (lambda c: True), permuted_heads, hf, gguf, llada)
+    return field(metadata={"tensor": meta}) if present is None else field(default=None, metadata={"tensor": meta})
+
+
+@dataclass(frozen=True)
+class LayerTensor:
+    """One tensor of a decoder layer: its shape from the config, whether it is a matrix (read by the
+    matmul in its stored type; else a vector, widened to f32), the ledger op its matmul or bias is
+    booked under, whether the config's layers have it (optional tensors), the heads whose rows
+    llama.cpp's converter permuted in a "llama" GGUF file (gguf_model.py), and its key in each
+    layout (HF_NAMES, GGUF_NAMES, LLADA_NAMES below are made of these). `name` is the field's."""
+    shape: Callable                  # Config -> shape
+    matrix: bool
+    op: str
+    present: Callable                # Config -> bool
+    permuted_heads: Optional[Callable]   # Config -> heads, or None
+    hf: str
+    gguf: str
+    llada: Optional[str]
+    name: str = ""
+
+
+def _heads(c):
+    return c.num_attention_heads
+
+
+def _kv_heads(c):
+    return c.num_key_value_heads
+
+
 @dataclass
 class LayerWeights:
-    input_layernorm: np.ndarray            # [d]
-    q_proj: np.ndarray                     # [H*hd, d]
-    k_proj: np.ndarray                     # [KVH*hd, d]
-    v_proj: np.ndarray                     # [KVH*hd, d]
-    o_proj: np.ndarray                     # [d, H*hd]
-    post_attention_layernorm: np.ndarray   # [d]
-    gate_proj: np.ndarray                  # [f, d]
-    up_proj: np.ndarray                    # [f, d]
-    down_proj: np.ndarray                  # [d, f]
-    q_bias: Optional[np.ndarray] = None    # [H*hd]   qwen2 / attention_bias
-    k_bias: Optional[np.ndarray] = None    # [KVH*hd]
-    v_bias: Optional[np.ndarray] = None    # [KVH*hd]
-    o_bias: Optional[np.ndarray] = None    # [d]      llama attention_bias only
+    """A decoder layer's tensors, each declared once, here: the loaders (load_weights, GGUF's),
+    the C layer's view and shape check (layer_c.Layer), the cost model's matmuls (cost.layer),
+    convert.py and random_weights all read this table (LAYER_TENSORS). A new tensor is a line here,
+    its use in Transformer.layers and in csrc/layer.c (struct td_layer), and nothing else."""
+    input_layernorm: np.ndarray = tensor(                                                   # [d]
+        lambda c: (c.hidden_size,), hf="input_layernorm.weight", gguf="attn_norm.weight", llada="attn_norm.weight")
+    q_proj: np.ndarray = tensor(                                                            # [H*hd, d]
+        lambda c: (c.q_dim, c.hidden_size), True, "matmul", permuted_heads=_heads,
+        hf="self_attn.q_proj.weight", gguf="attn_q.weight", llada="q_proj.weight")
+    k_proj: np.ndarray = tensor(                                                            # [KVH*hd, d]
+        lambda c: (c.kv_dim, c.hidden_size), True, "matmul", permuted_heads=_kv_heads,
+        hf="self_attn.k_proj.weight", gguf="attn_k.weight", llada="k_proj.weight")
+    v_proj: np.ndarray = tensor(                                                            # [KVH*hd, d]
+        lambda c: (c.kv_dim, c.hidden_size), True, "matmul",
+        hf="self_attn.v_proj.weight", gguf="attn_v.weight", llada="v_proj.weight")
+    o_proj: np.ndarray = tensor(                                                            # [d, H*hd]
+        lambda c: (c.hidden_size, c.q_dim), True, "matmul",
+        hf="self_attn.o_proj.weight", gguf="attn_output.weight", llada="attn_out.weight")
+    post_attention_layernorm: np.ndarray = tensor(              # [d] the MLP's input norm (Gemma: pre_feedforward)
+        lambda c: (c.hidden_size,), hf="post_attention_layernorm.weight", gguf="ffn_norm.weight",
+        llada="ff_norm.weight")
+    gate_proj: np.ndarray = tensor(                                                         # [f, d]
+        lambda c: (c.intermediate_size, c.hidden_size), True, "mlp",
+        hf="mlp.gate_proj.weight", gguf="ffn_gate.weight", llada="ff_proj.weight")
+    up_proj: np.ndarray = tensor(                                                           # [f, d]
+        lambda c: (c.intermediate_size, c.hidden_size), True, "mlp",
+        hf="mlp.up_proj.weight", gguf="ffn_up.weight", llada="up_proj.weight")
+    down_proj: np.ndarray = tensor(                                                         # [d, f]
+        lambda c: (c.hidden_size, c.intermediate_size), True, "mlp",
+        hf="mlp.down_proj.weight", gguf="ffn_down.weight", llada="ff_out.weight")
+    q_bias: Optional[np.ndarray] = tensor(                                  # [H*hd] qwen2 / attention_bias
+        lambda c: (c.q_dim,), op="matmul", present=lambda c: c.qkv_bias, permuted_heads=_heads,
+        hf="self_attn.q_proj.bias", gguf="attn_q.bias", llada="q_proj.bias")
+    k_bias: Optional[np.ndarray] = tensor(                                  # [KVH*hd]
+        lambda c: (c.kv_dim,), op="matmul", present=lambda c: c.qkv_bias, permuted_heads=_kv_heads,
+        hf="self_attn.k_proj.bias", gguf="attn_k.bias", llada="k_proj.bias")
+    v_bias: Optional[np.ndarray] = tensor(                                  # [KVH*hd]
+        lambda c: (c.kv_dim,), op="matmul", present=lambda c: c.qkv_bias,
+        hf="self_attn.v_proj.bias", gguf="attn_v.bias", llada="v_proj.bias")
+    o_bias: Optional[np.ndarray] = tensor(                                  # [d] llama attention_bias only
+        lambda c: (c.hidden_size,), op="matmul", present=lambda c: c.o_bias,
+        hf="self_attn.o_proj.bias", gguf="attn_output.bias", llada="attn_out.bias")
+    q_norm: Optional[np.ndarray] = tensor(                                  # [hd] qk_norm: q's heads normed
+        lambda c: (c.head_dim,), present=lambda c: c.qk_norm, hf="self_attn.q_norm.weight", gguf="attn_q_norm.weight")
+    k_norm: Optional[np.ndarray] = tensor(                                  # [hd] and k's, before RoPE
+        lambda c: (c.head_dim,), present=lambda c: c.qk_norm, hf="self_attn.k_norm.weight", gguf="attn_k_norm.weight")
+    post_attention_norm: Optional[np.ndarray] = tensor(                     # [d] sandwich_norms: the attention's
+        lambda c: (c.hidden_size,), present=lambda c: c.sandwich_norms,     # output normed (Gemma's
+        hf="post_attention_norm.weight", gguf="post_attention_norm.weight")  # post_attention_layernorm)
+    post_feedforward_layernorm: Optional[np.ndarray] = tensor(              # [d] and the MLP's
+        lambda c: (c.hidden_size,), present=lambda c: c.sandwich_norms,
+        hf="post_feedforward_layernorm.weight", gguf="post_ffw_norm.weight")
+
+
+LAYER_TENSORS = tuple(dataclasses.replace(f.metadata["tensor"], name=f.name) for f in dataclasses.fields(LayerWeights))
+MATRICES = tuple(t.name for t in LAYER_TENSORS if t.matrix)
+NORMS = tuple(t.name for t in LAYER_TENSORS if not t.matrix and t.op == "norm")
+
+
+def layer_tensors(cfg):
+    """The LAYER_TENSORS this config's layers have."""
+    return [t for t in LAYER_TENSORS if t.present(cfg)]
 
 
 @dataclass
@@ -48,74 +130,53 @@ class Weights:
     lm_head: np.ndarray                    # [V, d]: embed_tokens itself when tied
 
 
-# Checkpoint key of each weight, per layout. Llama, Mistral, Qwen2 and Dream use Hugging Face's
-# names; LLaDA keeps the OLMo names of its own modeling code.
-HF_NAMES = dict(
-    embed_tokens="model.embed_tokens.weight", norm="model.norm.weight", lm_head="lm_head.weight",
-    layer="model.layers.{i}.",
-    input_layernorm="input_layernorm.weight", post_attention_layernorm="post_attention_layernorm.weight",
-    q_proj="self_attn.q_proj.weight", k_proj="self_attn.k_proj.weight", v_proj="self_attn.v_proj.weight",
-    o_proj="self_attn.o_proj.weight", gate_proj="mlp.gate_proj.weight", up_proj="mlp.up_proj.weight",
-    down_proj="mlp.down_proj.weight", q_bias="self_attn.q_proj.bias", k_bias="self_attn.k_proj.bias",
-    v_bias="self_attn.v_proj.bias", o_bias="self_attn.o_proj.bias",
-)
-LLADA_NAMES = dict(
-    embed_tokens="model.transformer.wte.weight", norm="model.transformer.ln_f.weight",
-    lm_head="model.transformer.ff_out.weight", layer="model.transformer.blocks.{i}.",
-    input_layernorm="attn_norm.weight", post_attention_layernorm="ff_norm.weight",
-    q_proj="q_proj.weight", k_proj="k_proj.weight", v_proj="v_proj.weight", o_proj="attn_out.weight",
-    gate_proj="ff_proj.weight", up_proj="up_proj.weight", down_proj="ff_out.weight",
-    q_bias="q_proj.bias", k_bias="k_proj.bias", v_bias="v_proj.bias", o_bias="attn_out.bias",
-)
-
-# llama.cpp's names in a GGUF file (gguf-py constants.py, TENSOR_NAMES); its Q/K rows are permuted
-# for RoPE, which gguf.py undoes.
-GGUF_NAMES = dict(
-    embed_tokens="token_embd.weight", norm="output_norm.weight", lm_head="output.weight", layer="blk.{i}.",
-    input_layernorm="attn_norm.weight", post_attention_layernorm="ffn_norm.weight",
-    q_proj="attn_q.weight", k_proj="attn_k.weight", v_proj="attn_v.weight", o_proj="attn_output.weight",
-    gate_proj="ffn_gate.weight", up_proj="ffn_up.weight", down_proj="ffn_down.weight",
-    q_bias="attn_q.bias", k_bias="attn_k.bias", v_bias="attn_v.bias", o_bias="attn_output.bias",
-)
+# Checkpoint key of each weight, per layout: the model's own tensors, then the layer's from its
+# table. Llama, Mistral, Qwen2 and Dream use Hugging Face's names; LLaDA keeps the OLMo names of its
+# own modeling code; GGUF has llama.cpp's (gguf-py constants.py, TENSOR_NAMES; its Q/K rows are
+# permuted for RoPE, which gguf_model.py undoes).
+HF_NAMES = dict(embed_tokens="model.embed_tokens.weight", norm="model.norm.weight", lm_head="lm_head.weight",
+                layer="model.layers.{i}.", **{t.name: t.hf for t in LAYER_TENSORS})
+LLADA_NAMES = dict(embed_tokens="model.transformer.wte.weight", norm="model.transformer.ln_f.weight",
+                   lm_head="model.transformer.ff_out.weight", layer="model.transformer.blocks.{i}.",
+                   **{t.name: t.llada for t in LAYER_TENSORS if t.llada})
+GGUF_NAMES = dict(embed_tokens="token_embd.weight", norm="output_norm.weight", lm_head="output.weight",
+                  layer="blk.{i}.", **{t.name: t.gguf for t in LAYER_TENSORS})
 
 
 def load_weights(cfg, ckpt, names=None):
     """Carves a checkpoint (safetensors, or a GGUF file with names=GGUF_NAMES) into Weights,
-    checking that every tensor is there with its shape."""
+    checking that every tensor the config's layers have (layer_tensors) is there with its shape.
+    Norm weights are stored as offset + w when the config's RMSNorm scales by that (Gemma's 1 + w)."""
     names = names or (LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES)
     refuse_unused(cfg, ckpt, names)
-    d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
+    d, V = cfg.hidden_size, cfg.vocab_size
 
     def layer(i):
-        def get(field, *shape):
-            return ckpt.expect(names["layer"].format(i=i) + names[field], shape)
-
-        bias = get if cfg.qkv_bias else (lambda field, n: None)
-        return LayerWeights(
-            input_layernorm=get("input_layernorm", d),
-            q_proj=get("q_proj", qd, d), k_proj=get("k_proj", kvd, d), v_proj=get("v_proj", kvd, d),
-            o_proj=get("o_proj", d, qd),
-            post_attention_layernorm=get("post_attention_layernorm", d),
-            gate_proj=get("gate_proj", f, d), up_proj=get("up_proj", f, d), down_proj=get("down_proj", d, f),
-            q_bias=bias("q_bias", qd), k_bias=bias("k_bias", kvd), v_bias=bias("v_bias", kvd),
-            o_bias=get("o_bias", d) if cfg.o_bias else None,
-        )
+        return LayerWeights(**{t.name: _norm(cfg, t.name, ckpt.expect(names["layer"].format(i=i) + names[t.name],
+                                                                      t.shape(cfg)))
+                               for t in layer_tensors(cfg)})
 
     embed = ckpt.expect(names["embed_tokens"], (V, d))
     return Weights(
         embed_tokens=embed,
         layers=[layer(i) for i in range(cfg.num_hidden_layers)],
-        norm=ckpt.expect(names["norm"], (d,)),
+        norm=_norm(cfg, "norm", ckpt.expect(names["norm"], (d,))),
         lm_head=embed if cfg.tie_word_embeddings else ckpt.expect(names["lm_head"], (V, d)),
     )
+
+
+def _norm(cfg, name, w):
+    """A norm's weight as the kernels scale by it: offset + w in f32 (computed as Gemma's
+    RMSNorm computes 1.0 + weight.float()); anything else as it is."""
+    if cfg.norm_offset and (name in NORMS or name == "norm"):
+        return (np.float32(cfg.norm_offset) + np.asarray(w, np.float32)).astype(np.float32)
+    return w
 
 
 def refuse_unused(cfg, ckpt, names=None):
     """A tensor the config does not read means the config describes another model: an error."""
     names = names or (LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES)
-    layer = ["input_layernorm", "q_proj", "k_proj", "v_proj", "o_proj", "post_attention_layernorm",
-             "gate_proj", "up_proj", "down_proj"]
-    layer += ["q_bias", "k_bias", "v_bias"] * cfg.qkv_bias + ["o_bias"] * cfg.o_bias
+    layer = [t.name for t in layer_tensors(cfg)]
     read = {names["embed_tokens"], names["norm"], names["lm_head"]}   # a tied lm_head: see the docstring
     if cfg.rope_scaling[:1] == ("freq_factors",):
         read.add("rope_freqs.weight")   # GGUF's llama3 scaling, read into the config (gguf_model.py)
@@ -129,18 +190,16 @@ def refuse_unused(cfg, ckpt, names=None):
 
 
 def random_weights(cfg, seed=0, std=0.02):
-    """Weights of the right shapes filled with noise: for benchmarks of real model shapes."""
+    """Weights of the right shapes filled with noise (norms ones): for benchmarks of real model shapes."""
     rng = np.random.default_rng(seed)
 
     def mat(*shape):
         return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std))
 
-    d, f, V, qd, kvd = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
-    bias = (lambda n: mat(n)) if cfg.qkv_bias else (lambda n: None)
-    layers = [LayerWeights(
-        input_layernorm=np.ones(d, np.float32), q_proj=mat(qd, d), k_proj=mat(kvd, d), v_proj=mat(kvd, d),
-        o_proj=mat(d, qd), post_attention_layernorm=np.ones(d, np.float32), gate_proj=mat(f, d),
-        up_proj=mat(f, d), down_proj=mat(d, f), q_bias=bias(qd), k_bias=bias(kvd), v_bias=bias(kvd),
-        o_bias=mat(d) if cfg.o_bias else None) for _ in range(cfg.num_hidden_layers)]
+    def tensor(t):
+        return np.ones(t.shape(cfg), np.float32) if t.op == "norm" else mat(*t.shape(cfg))
+
+    layers = [LayerWeights(**{t.name: tensor(t) for t in layer_tensors(cfg)}) for _ in range(cfg.num_hidden_layers)]
+    d, V = cfg.hidden_size, cfg.vocab_size
     embed = mat(V, d)
     return Weights(embed, layers, np.ones(d, np.float32), embed if cfg.tie_word_embeddings else mat(V, d))
