@@ -14,7 +14,7 @@ buffers (a decode step of one sequence or of a batch, a prompt, a block of block
 diffusion canvas) runs layers_c, each layer one call of csrc/layer.c; a longer one runs layers, the
 readable loop of kernel calls below, which layer.c follows kernel for kernel (one call a layer
 instead of ~11 kernel calls, whose Python would cost a small model a third of its time).
-tests/test_decode_layer.py holds the two to the same logits and cache, bit for bit, for every
+tests/test_layer_c.py holds the two to the same logits and cache, bit for bit, for every
 variant of the layer (the Config's fields: QK-norm, sandwich norms, activation, windows, ...).
 
 Shapes: n = positions in this pass, t = positions in the cache after it, d = hidden_size,
@@ -262,10 +262,7 @@ class Transformer:
             raise ValueError(f"the weights have {len(weights.layers)} layers, the config "
                              f"{config.num_hidden_layers}")
         self.config, self.weights = config, interleaved(weights, panels=not config.causal)
-        self.inv_freq = rope_inv_freq(config)                         # [hd/2] the full-attention layers'
-        local = rope_inv_freq(config, next((l for l in range(config.num_hidden_layers) if config.window(l)), None))
-        self.inv_freqs = [local if config.window(l) else self.inv_freq   # [L] x [hd/2]
-                          for l in range(config.num_hidden_layers)]
+        self.inv_freqs = [rope_inv_freq(config, l) for l in range(config.num_hidden_layers)]   # [L] x [hd/2]
         self.c_layers = [layer_c.Layer(config, lw, f) for lw, f in zip(self.weights.layers, self.inv_freqs)]
         self.pool = K.ThreadPool(K.get_threads() if threads is None else K.check_threads(threads))
 
@@ -338,7 +335,7 @@ class Transformer:
                 K.rmsnorm(q.reshape(N * H, hd), lw.q_norm, eps, out=q.reshape(N * H, hd), op="norm")
                 K.rmsnorm(k.reshape(N * KVH, hd), lw.k_norm, eps, out=k.reshape(N * KVH, hd), op="norm")
             K.rope_qk(q.reshape(N, H, hd), k.reshape(N, KVH, hd), pos, self.inv_freqs[l], op="rope")
-            layer_mask = mask.windowed(cfg.window(l)) if cfg.window(l) else mask
+            layer_mask = self.layer_mask(mask, l)
             for slot, s, t, n, end in zip(seqs.slots, seqs.starts, seqs.kv_lens, seqs.lens, seqs.ends):
                 rows = slice(end - n, end)
                 cache.store(l, slot, pos[rows], k[rows], v[rows])       # [n, KVH*hd] into the cache
@@ -373,10 +370,12 @@ class Transformer:
         (csrc/layer.c: the loop body above, kernel for kernel)."""
         c_seqs = layer_c.Seqs(state.scratch, seqs.slots, seqs.starts, seqs.lens, seqs.kv_lens,
                               state.cache.tables if state.scratch.paged else None)
-        cfg = self.config
         for l, layer in enumerate(self.c_layers):
-            layer_mask = mask.windowed(cfg.window(l)) if cfg.window(l) else mask
-            layer_c.forward(layer, state.scratch, l, c_seqs, layer_mask)   # x += layer l  [n, d]
+            layer_c.forward(layer, state.scratch, l, c_seqs, self.layer_mask(mask, l))   # x += layer l  [n, d]
+
+    def layer_mask(self, mask, l):
+        """The pass's mask as layer l applies it: with the layer's own window, if it has one."""
+        return mask.windowed(self.config.window(l)) if self.config.window(l) else mask
 
     def logits(self, x, seqs, last_only, out_rows):
         """The pass's end: the final norm and the LM head on the rows of x [N, d] wanted (out_rows,

@@ -1,9 +1,11 @@
-"""The one-call decode layer (csrc/layer.c) against forward's loop of kernel calls: bit for bit.
+"""The one-call decoder layer (csrc/layer.c, engine/layer_c.py) against forward's loop of kernel
+calls (Transformer.layers): bit for bit.
 
 Transformer.forward takes the C layer for passes that fit its buffers (a decode step of one
-sequence or of a batch, a block, canvases, with a paged cache or not); Transformer.layers, called
-directly, always runs the per-kernel loop. Both must give the same logits and leave the same KV
-cache, on every SIMD path and weight type."""
+sequence or of a batch, a block, canvases, with a paged cache or not); forward_seqs with
+body=Transformer.layers runs the per-kernel loop. Both must give the same logits and leave the same
+KV cache, on every SIMD path and weight type, for every variant of the layer (CONFIGS: QK-norm,
+the blocks' output norms, GELU, per-layer windows and RoPE bases, the scales and soft-capping)."""
 import dataclasses
 
 import numpy as np
@@ -79,7 +81,7 @@ def run(m, ids, prefill, one_call):
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 @pytest.mark.parametrize("weight_type", ["f32", "f16", "bf16", "q8_0", "q4_0", "mixed"])
-def test_decode_layer_is_forward_bit_for_bit(name, weight_type, level):
+def test_the_c_layer_decoding_is_forward_bit_for_bit(name, weight_type, level):
     m = model(name, weight_type)
     ids = np.random.default_rng(0).integers(0, 50, size=(1, 12))
     ref, ref_cache = run(m, ids, 5, one_call=False)
