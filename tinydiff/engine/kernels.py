@@ -30,13 +30,12 @@ from ..errors import UsageError, is_integer
 from ..formats import quant
 from . import cost, ledger
 from .masks import CAUSAL, AttentionMask
-from .reference import physical_cores
 
 __all__ = ["ThreadPool", "set_threads", "get_threads", "threads_from_env", "check_threads", "physical_cores",
            "simd", "simd_extensions",
            "matmul", "matmuls", "interleaved", "rmsnorm", "softmax", "softmax_stats", "gumbel_max", "rope",
-           "rope_qk", "silu_mul", "gelu_tanh_mul", "attention", "add_bias", "add", "scale", "softcap", "embedding", "store",
-           "store_at"]
+           "rope_qk", "silu_mul", "gelu_tanh_mul", "attention", "add_bias", "add", "scale", "softcap", "embedding",
+           "store", "store_at"]
 
 ARM = platform.machine().lower() in ("aarch64", "arm64")
 SIMD_LEVELS = ("c", "neon") if ARM else ("c", "avx2", "avx512")  # index = the C level (cpu.c)
@@ -56,6 +55,19 @@ _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF
           quant.Q8_0X8: (lib.TD_Q8_0X8, quant.QK),
           quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK), quant.F32P: (lib.TD_F32P, 1),
           quant.F16P: (lib.TD_F16P, 1), quant.BF16P: (lib.TD_BF16P, 1)}  # weight dtype: C type, k per element
+
+
+def physical_cores():
+    """Distinct (package, core) pairs among the CPUs this process may run on; os.cpu_count() if unknown."""
+    cores = set()
+    for cpu in os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ():
+        topo = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with open(topo + "physical_package_id") as f1, open(topo + "core_id") as f2:
+                cores.add((f1.read().strip(), f2.read().strip()))
+        except OSError:
+            return os.cpu_count() or 1
+    return len(cores) or os.cpu_count() or 1
 
 
 def _count(n):

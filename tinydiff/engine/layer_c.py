@@ -25,8 +25,9 @@ ACTIVATIONS = {"silu": lib.TD_SILU, "gelu_tanh": lib.TD_GELU_TANH}   # Config.hi
 class Layer:
     """A layer's weights as csrc/layer.c reads them (struct td_layer), made once per model: a
     pointer to each of its LAYER_TENSORS (NULL for an optional one it does not have: no bias, no
-    QK-norm, ...; the NumPy layer skips the same), its matrices' types, and inv_freq [hd/2], the layer's RoPE table; and what one
-    call books, but for attention (which grows with the position): cost.layer."""
+    QK-norm, ...; the NumPy layer skips the same), its matrices' types, and inv_freq [hd/2], the
+    layer's RoPE table; and what one call books, but for attention (which grows with the
+    position): cost.layer."""
 
     def __init__(self, cfg, lw, inv_freq):
         fields, arrays, w_bytes = {}, [], {}

@@ -3,27 +3,12 @@
 Written to be read, not to be fast: the tests check the C kernels against these. Shapes follow
 tinydiff.engine.kernels; all math is float32 like the kernels (and like HF's float32 forward).
 """
-import os
-
 import numpy as np
 
 from ..formats import quant
 from .masks import CAUSAL
 
 _threads = 1
-
-
-def physical_cores():
-    """Distinct (package, core) pairs among the CPUs this process may run on; os.cpu_count() if unknown."""
-    cores = set()
-    for cpu in os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ():
-        topo = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
-        try:
-            with open(topo + "physical_package_id") as f1, open(topo + "core_id") as f2:
-                cores.add((f1.read().strip(), f2.read().strip()))
-        except OSError:
-            return os.cpu_count() or 1
-    return len(cores) or os.cpu_count() or 1
 
 
 def set_threads(n):
