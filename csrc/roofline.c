@@ -1,4 +1,4 @@
-/* roofline.c: the read loop behind the roofline's two bandwidths (tinydiff/roofline.py times it).
+/* roofline.c: the read loop behind the roofline's two bandwidths (tinydiff/measure/roofline.py times it).
 
    Each thread gets one contiguous slice of the array and reads it reps times, so a slice that fits
    a cache level is read from that level after the first pass, and an array far larger than the

@@ -89,7 +89,7 @@ void td_silu_mul_f32(const float *gate, const float *up, float *y, int64_t len);
 void td_gelu_tanh_mul_f32(const float *gate, const float *up, float *y, int64_t len);
 
 /* out[n,H,hd] = softmax(q k^T * scale over the visible keys) v with q[n,H,hd], k,v[t,KVH,hd]; head h
-   uses kv head h / (H/KVH). The mask is data (tinydiff/masks.py): query i sits at position
+   uses kv head h / (H/KVH). The mask is data (tinydiff/engine/masks.py): query i sits at position
    p = q_pos0 + i and sees keys j < min(t, (p / block + 1) * block), every key if block == 0. So block
    1 is causal, 0 bidirectional, b >= 2 block-causal (bidirectional inside blocks of b positions,
    causal across them). A sliding window > 0 hides besides the keys j <= p - window (the keys with
@@ -145,5 +145,5 @@ int td_layer_forward(const struct td_layer *w, const struct td_scratch *s, float
 
 /* roofline (roofline.c): the sum mod 2^32 of x[len] (any 4-byte words), each thread reading its own
    contiguous slice reps times (a slice that fits a cache is read from it after the first pass).
-   Only for measuring read bandwidth: tinydiff/roofline.py times it. */
+   Only for measuring read bandwidth: tinydiff/measure/roofline.py times it. */
 uint32_t td_read_sum_u32(const uint32_t *x, int64_t len, int64_t reps);

@@ -14,8 +14,8 @@ AttentionMask(block, window=w), w > 0 (mask.windowed(w)): besides, the query at 
 j > p - w, the last w positions up to its own (Hugging Face's sliding_window: kv_idx > q_idx - w,
 AND the block mask; Gemma's and Qwen's sliding-window layers); w = 0, no window.
 
-The C attention (td_attention_f32: block, window, q_pos0), tinydiff.reference.attention and
-tinydiff.kernels.attention (mask=, q_pos0=), cost.forward and the cost ledger all take this one
+The C attention (td_attention_f32: block, window, q_pos0), tinydiff.engine.reference.attention and
+tinydiff.engine.kernels.attention (mask=, q_pos0=), cost.forward and the cost ledger all take this one
 description. dense() spells it out as a bool [n, t] array (tests, the NumPy reference); pairs()
 counts the (query, key) pairs it lets through in closed form, cheap enough to book every call.
 """
