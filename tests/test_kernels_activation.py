@@ -4,7 +4,7 @@ on every SIMD level against reference.gelu_tanh_mul and against PyTorch's formul
 Tolerances, in ulps of the float32 result: exp(-2u) turns an error in its argument 2u (|2u| the
 size of it) into a relative error |2u| times as large, so the bound is 4 * (1 + |2u|) ulp: 4 where
 |gate| < 0.5, ~40 at gate = -3, ~360 near gate = -10 where the result is ~1e-37 (plain C, which
-rounds the argument as the reference does, stays within 4 ulp of it everywhere). Results smaller
+on x86-64 rounds the argument as the reference does: within 4 ulp of it everywhere). Results smaller
 than 1e-36 (gate < -10.1) may come out as -0 (the vector exp overflows to inf a little sooner than
 NumPy's): an absolute 1e-36 besides.
 """
@@ -66,8 +66,10 @@ def test_against_the_reference(level):
     assert_close(K.gelu_tanh_mul(gate, up), R.gelu_tanh_mul(gate, up), gate, up)
 
 
+@pytest.mark.skipif(K.ARM, reason="arm64's plain C contracts a + b g^2 into FMAs (-ffp-contract=fast): "
+                                   "the 4 (1 + |2u|) ulp bound of test_against_the_reference holds there")
 def test_plain_c_within_4_ulp_of_the_reference():
-    """Plain C rounds the argument as the reference does: only the exp differs."""
+    """Plain C on x86-64 (no FMA) rounds the argument as the reference does: only the exp differs."""
     best = K.simd()
     K._set_simd("c")
     try:
