@@ -101,3 +101,15 @@ def test_thread_count_does_not_change_the_logits(model):
     finally:
         model.pool.threads = before
     np.testing.assert_allclose(one, many, rtol=0, atol=1e-5)
+
+
+def test_a_request_is_checked_by_the_model_and_decodes_as_generate_ids(model):
+    from tinydiff.decoding.generate import decode_tokens
+    request = model.request([5, 6, 7], 8, model.sampling_params(temperature=0))
+    tokens = list(decode_tokens(model.transformer, request))
+    assert tokens == request.new == model.generate_ids([5, 6, 7], 8, temperature=0)
+    assert request.finish_reason in ("stop", "length")
+    with pytest.raises(UsageError, match="exceed the context of 8 positions"):
+        model.request([5, 6, 7], 6, n_ctx=8)
+    with pytest.raises(UsageError, match="params must be a decoding.sampling.SamplingParams"):
+        model.request([5, 6, 7], 2, {"temperature": 0})

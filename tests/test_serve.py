@@ -71,14 +71,14 @@ def test_a_full_queue_is_busy():
 def test_one_requests_failing_sampler_ends_it_alone(monkeypatch):
     """A request whose own sampling fails (here a sampler that breaks at its third token) ends with
     "error"; the requests sharing its decode passes go on to what they get alone."""
-    from tinydiff.serve import scheduler as scheduling
+    from tinydiff.decoding import generate as decoding
 
-    class Breaks(scheduling.Sampler):
+    class Breaks(decoding.Sampler):
         def __call__(self, logits, history):
             if self.p.seed == 666 and len(history) >= 4:
                 raise ValueError("a broken sampler")
             return super().__call__(logits, history)
-    monkeypatch.setattr(scheduling, "Sampler", Breaks)
+    monkeypatch.setattr(decoding, "Sampler", Breaks)
     model = tinydiff.load(os.path.join(HF, "llama-gqa"))
     scheduler = Scheduler(model, slots=2, n_ctx=256)
     fine = scheduler.submit([5, 6], 40, greedy())

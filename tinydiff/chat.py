@@ -19,13 +19,9 @@ one cut before its first piece leaves no turn. A new turn (or reset) ends an ans
 read: one State serves one turn at a time.
 """
 from .decoding.diffusion import to_the_end
-from .decoding.generate import decode_tokens, stream_text
+from .decoding.generate import DEFAULT_CTX, PREFILL_ROWS, stream_text
 from .errors import UsageError, is_integer
 from .formats.chat_template import check_variables
-
-PREFILL_ROWS = 512   # rows per prefill pass of a turn (llama.cpp's default micro-batch)
-DEFAULT_CTX = 4096   # positions a chat takes unless told (llama-cli's default -c): a Llama 3 model's
-                     # full 131072 would reserve 8.6 GB of f32 KV cache for a 1B model
 
 
 class Chat:
@@ -50,29 +46,32 @@ class Chat:
         self._end_turn()
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
         self.cached = []        # ids whose keys and values are in the State's cache, from position 0
-        self.state = None       # made at the first autoregressive turn
+        self.decoder = None     # its run State: made at the first autoregressive turn
         self.last_prefill = 0   # positions the last turn prefilled (what the cache saved shows here)
 
     def send(self, text, max_new_tokens=256, on_step=None, **options):
         """Yields the answer to the user's text as pieces; the turn joins the conversation when the
         answer ends (or is cut short). options: sampling (autoregressive) or denoising options;
         on_step (masked diffusion): called after every step, as Model.denoise_ids calls it. Every
-        check is made here, before the first piece is asked for; self.ids is then the rendered
-        conversation the answer follows."""
+        check is made before the first piece is asked for (an autoregressive turn's by
+        Model.request); self.ids is then the rendered conversation the answer follows."""
         self._end_turn()   # an answer still being read ends here: two turns never share the cache
         if on_step is not None and (self.model.config.causal or not callable(on_step)):
             raise UsageError("on_step is a function called after each denoising step, for a masked-diffusion "
                              "model (an autoregressive one has no steps)")
-        if not is_integer(max_new_tokens) or max_new_tokens < 1:
+        causal = self.model.config.causal
+        if not causal and (not is_integer(max_new_tokens) or max_new_tokens < 1):
             raise UsageError(f"the number of tokens to generate must be an integer >= 1, got {max_new_tokens!r}")
         messages = self.messages + [{"role": "user", "content": text}]
         ids = self.model.chat_ids(messages, **self.variables)
-        if len(ids) + max_new_tokens > self.n_ctx:
+        if causal:
+            request = self.model.request(ids, max_new_tokens, self.model.sampling_params(**options), n_ctx=self.n_ctx)
+        elif len(ids) + max_new_tokens > self.n_ctx:
             raise UsageError(f"the conversation ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
                              f"context of {self.n_ctx} positions: /reset it, or ask for fewer tokens")
         self.ids = ids
-        if self.model.config.causal:
-            answer = self._generate(ids, max_new_tokens, self.model.sampling_params(**options))
+        if causal:
+            answer = self._generate(request)
         else:
             answer = self._denoise(ids, max_new_tokens, on_step, options)
         self._turn = self._record(messages, answer)
@@ -96,16 +95,15 @@ class Chat:
                 self.messages = messages + [{"role": "assistant", "content": "".join(said)}]
             self._turn = None
 
-    def _generate(self, ids, max_new_tokens, params):
-        model = self.model
-        if self.state is None:
-            self.state = model.transformer.state(self.n_ctx, rows=PREFILL_ROWS)
+    def _generate(self, request):
+        model, ids = self.model, request.ids
+        if self.decoder is None:
+            self.decoder = model.decoder(self.n_ctx, rows=PREFILL_ROWS)
         same = next((i for i, (a, b) in enumerate(zip(ids, self.cached)) if a != b), min(len(ids), len(self.cached)))
         same = min(same, len(ids) - 1)           # the last prompt id is run, for the first answer's logits
         self.last_prefill = len(ids) - same
         self.cached = list(ids[:same])
-        tokens = decode_tokens(model.transformer, ids, max_new_tokens, params, model.stop_ids,
-                               state=self.state, cached=same)
+        tokens = self.decoder.tokens(request, cached=same)
         return stream_text(model.tokenizer, self._cache_as_run(ids, tokens), model.stop_ids, None)
 
     def _cache_as_run(self, ids, tokens):

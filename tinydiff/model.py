@@ -16,7 +16,7 @@ import numpy as np
 
 from .decoding import diffusion
 from .decoding.diffusion import Options
-from .decoding.generate import Timings, decode_batch, decode_tokens, stream_text
+from .decoding.generate import Decoder, Request, Timings, decode_batch, decode_tokens, stream_text
 from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
@@ -224,9 +224,12 @@ class Model:
                              f"no special token {' '.join(diffusion.MASK_NAMES)}), so it cannot denoise")
         return self.mask_id
 
-    def _fit_prompt(self, ids, max_new_tokens, truncate):
-        """The prompt ids that fit the context with room for max_new_tokens, or a clear error."""
-        n_ctx = self.config.max_position_embeddings
+    def _fit_prompt(self, ids, max_new_tokens, truncate, n_ctx=None):
+        """The prompt ids that fit the context (n_ctx positions, default the model's) with room for
+        max_new_tokens, or a clear error."""
+        # a chat and the server, which give their own context, offer their users no truncate
+        hint = "shorten the prompt or truncate" if n_ctx is None else "shorten the prompt or ask for fewer tokens"
+        n_ctx = n_ctx or self.config.max_position_embeddings
         if not isinstance(truncate, bool):
             raise UsageError(f"truncate must be True or False, got {truncate!r}")
         if not is_integer(max_new_tokens):
@@ -239,7 +242,7 @@ class Model:
             return list(ids)
         if not truncate:
             raise UsageError(f"prompt ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
-                             f"context of {n_ctx} positions (shorten the prompt or truncate)")
+                             f"context of {n_ctx} positions ({hint})")
         return list(ids[len(ids) + max_new_tokens - n_ctx:])
 
     def _canvas(self, ids, gen_length, fixed, mask_id):
@@ -312,20 +315,42 @@ class Model:
 
     # -- autoregressive generation -----------------------------------------------------------
 
+    def request(self, ids, max_new_tokens=128, params=None, *, n_ctx=None, truncate=False):
+        """One checked autoregressive request (decoding.generate.Request): the checks of every
+        generation are made here. ids: the prompt's token ids (text: encode_prompt or chat_ids
+        first); params: its SamplingParams (sampling_params(...) makes one; default the model's);
+        n_ctx: the positions it must fit with max_new_tokens (default the model's context);
+        truncate: drop the prompt's start to fit instead of refusing."""
+        self._check_causal()
+        if params is None:
+            params = self.sampling_params()
+        elif not isinstance(params, SamplingParams):
+            raise UsageError(f"params must be a decoding.sampling.SamplingParams, got {type(params).__name__}")
+        ids = self._fit_prompt(self._ids(ids).tolist(), max_new_tokens, truncate, n_ctx)
+        return Request(ids, max_new_tokens, params, self.stop_ids)
+
+    def _check_causal(self):
+        if not self.config.causal:
+            raise UsageError(f"{self.path or 'this model'} is a masked-diffusion model (bidirectional "
+                             "attention): generate with denoise() or --mode diffusion")
+
+    def decoder(self, n_ctx, batch=1, rows=None, pages=None):
+        """A decoding.generate.Decoder: this model's Transformer with a run State of `batch`
+        sequences of n_ctx positions (rows: a pass's rows; pages: a paged cache), for a caller that
+        keeps one across requests (a Chat, the server's Scheduler)."""
+        return Decoder(self.transformer, n_ctx, batch, rows, pages)
+
     def generate_tokens(self, ids, max_new_tokens=128, *, truncate=False, timings=None, **sampling):
         """Yields new ids one at a time (the last one is EOS if the model produced it). sampling:
         the fields of decoding.sampling.SamplingParams (temperature, top_k, top_p, min_p,
         repeat_penalty, repeat_last_n, seed); those not given come from the model's
         generation_config.json when it sets do_sample (config.with_generation_config), else
         llama.cpp's defaults."""
-        if not self.config.causal:
-            raise UsageError(f"{self.path or 'this model'} is a masked-diffusion model (bidirectional "
-                             "attention): generate with denoise() or --mode diffusion")
-        params = self.sampling_params(**sampling)
-        ids = self._fit_prompt(self._ids(ids).tolist(), max_new_tokens, truncate)
+        self._check_causal()
+        request = self.request(ids, max_new_tokens, self.sampling_params(**sampling), truncate=truncate)
         if timings is not None and not isinstance(timings, Timings):
             raise UsageError(f"timings must be a decoding.generate.Timings, got {type(timings).__name__}")
-        return decode_tokens(self.transformer, ids, max_new_tokens, params, self.stop_ids, timings)
+        return decode_tokens(self.transformer, request, timings)
 
     def sampling_params(self, **sampling):
         """SamplingParams from the options given, the model's defaults (generation_config.json's,
@@ -342,16 +367,15 @@ class Model:
         one value for all or a list with one per prompt (seed=[1, 2, 3])."""
         if not _is_batch(ids):
             return list(self.generate_tokens(ids, max_new_tokens, **sampling))
-        if not self.config.causal:
-            self.generate_tokens(ids[0], 1)                               # the error for a diffusion model
+        self._check_causal()
         n = len(ids)
         steps = _per_prompt(max_new_tokens, n, "max_new_tokens")
         truncate = sampling.pop("truncate", False)
-        prompts = [self._fit_prompt(self._ids(p).tolist(), m, truncate) for p, m in zip(ids, steps)]
         options = {name: _per_prompt(value, n, name) for name, value in sampling.items()}
         params = [self.sampling_params(**{k: v[i] for k, v in options.items()}) for i in range(n)]
-        new = [[] for _ in prompts]
-        for i, token in decode_batch(self.transformer, prompts, steps, params, self.stop_ids):
+        requests = [self.request(p, m, ps, truncate=truncate) for p, m, ps in zip(ids, steps, params)]
+        new = [[] for _ in requests]
+        for i, token in decode_batch(self.transformer, requests):
             new[i].append(token)
         return new
 

@@ -1,12 +1,17 @@
-"""Autoregressive decoding: prefill the prompt, then one pass per new token.
+"""Autoregressive decoding: prefill the prompt, then one decode step per new token.
 
-It runs a Transformer (engine/transformer.py) on a prompt model.py has checked. The run State (KV
-cache for prompt + max_new_tokens positions, buffers) is made once per call, and the prompt
-prefilled in one pass; a chat (chat.py) instead keeps one State across turns, its cache already
-holding the conversation's first ids, and prefills the rest in passes of its buffers' rows. Each
-decode pass appends one position to the cache and reads all the earlier ones. Text comes out as the tokens arrive, decoded
-incrementally so a character split across two tokens is emitted whole, and held back while it
-could still be the start of a stop string.
+A Request (made and checked by Model.request) is one sequence to generate: its prompt ids, its
+own Sampler, the stop ids, a budget of max_new_tokens and the history so far; take(logits) picks
+the next token and says whether the request has ended. A Decoder is a Transformer
+(engine/transformer.py) with one run State (KV cache, buffers) and the two passes over the State's
+sequences: prefill() runs a request's prompt into one of them, step() runs ONE decode pass for the
+newest token of any set of running requests, each at its own position, and gives a row of logits
+for each. Every loop is a loop over these: decode_tokens (one request, a State sized to it),
+decode_batch (a fixed set, one pass a step for all), a chat's turns (chat.py: one State across
+turns, its cache already holding the conversation's first ids) and the server's scheduler
+(serve/scheduler.py: requests joining and leaving a paged State at any step). Text comes out as
+the tokens arrive, decoded incrementally so a character split across two tokens is emitted whole,
+and held back while it could still be the start of a stop string.
 """
 import codecs
 import time
@@ -14,6 +19,10 @@ import time
 import numpy as np
 
 from .sampling import Sampler
+
+PREFILL_ROWS = 512      # rows per prefill pass of a chat turn or a served prompt (llama.cpp's default micro-batch)
+DEFAULT_CTX = 4096      # positions a chat or a server takes unless told (llama-cli's default -c): a Llama 3
+                        # model's full 131072 would reserve 8.6 GB of f32 KV cache for a 1B model
 
 
 class Timings:
@@ -37,68 +46,110 @@ class Timings:
                 f"time to first token: {ttft}")
 
 
-def decode_tokens(transformer, ids, max_new_tokens, params, stop_ids, timings=None, state=None, cached=0):
-    """Yields new token ids one by one; the last one is a stop id if generation hit one.
-    ids: the prompt, in the vocabulary and fitting the context with max_new_tokens (Model checks).
-    state, cached: a State whose cache already holds the keys and values of ids[:cached] (a chat's
-    earlier turns), so only the rest is prefilled; by default a fresh State for this call."""
-    timings = timings or Timings()
-    sampler = Sampler(params)
-    state = state or transformer.state(len(ids) + max_new_tokens, rows=len(ids))
-    history = list(ids)
+class Request:
+    """One sequence to generate. ids: the prompt (in the vocabulary, fitting the context with
+    max_new_tokens: Model.request checks); params: its SamplingParams (its own Sampler and seed);
+    history: the prompt and the new ids so far. Once take() returns True, finish_reason says why:
+    "stop" (a stop id, the last of history) or "length" (max_new_tokens)."""
 
-    t0 = time.perf_counter()
-    logits = prefill(transformer, ids[cached:], state, cached)  # [1, V]
-    timings.prompt_tokens, timings.prompt_s = len(ids) - cached, time.perf_counter() - t0
-    for i in range(max_new_tokens):
-        token = sampler(logits[-1], history)
-        if timings.first_token_s is None:
-            timings.first_token_s = time.perf_counter() - timings.start
-        history.append(token)
-        yield token
-        if token in stop_ids or i == max_new_tokens - 1:
-            return
+    def __init__(self, ids, max_new_tokens, params, stop_ids):
+        self.ids, self.max_new_tokens, self.stop_ids = list(ids), max_new_tokens, stop_ids
+        self.sampler = Sampler(params)
+        self.history = list(ids)
+        self.finish_reason = None
+
+    @property
+    def new(self):
+        return self.history[len(self.ids):]
+
+    def take(self, logits):
+        """Picks the next token from logits [V] and appends it; True if the request has ended."""
+        token = self.sampler(logits, self.history)
+        self.history.append(token)
+        if token in self.stop_ids:
+            self.finish_reason = "stop"
+        elif len(self.history) - len(self.ids) >= self.max_new_tokens:
+            self.finish_reason = "length"
+        return self.finish_reason is not None
+
+
+class Decoder:
+    """A Transformer and one run State of it: a KV cache of `batch` sequences of n_ctx positions (or,
+    with pages, a PagedKVCache they share), buffers for `rows` rows a pass (default all). Made once
+    per generation, or kept across requests by a chat or a server (Model.decoder)."""
+
+    def __init__(self, transformer, n_ctx, batch=1, rows=None, pages=None):
+        self.transformer = transformer
+        self.state = transformer.state(n_ctx, batch, rows, pages)
+        self.cache = self.state.cache
+
+    def prefill(self, request, start=0, slot=None):
+        """Runs the request's prompt from position start (the cache holds the rest) into the State's
+        sequence `slot` (default its only one), in passes of as many rows as the buffers hold (one
+        pass for a State sized to the prompt); the last position's logits [1, V]."""
+        ids, rows = request.ids, self.state.buf.n_max
+        for i in range(start, len(ids), rows):
+            logits = self.transformer.forward(np.asarray([ids[i:i + rows]]), self.state, i, last_only=True,
+                                              slots=None if slot is None else [slot])
+        return logits
+
+    def step(self, requests, slots=None):
+        """One decode pass: the newest token of each request, at its own position, its K/V appended
+        to the State's sequence slots[i] (slots None: one request, in the State's only sequence);
+        logits [len(requests), V], one row for each request to take."""
+        if slots is None:
+            (r,) = requests
+            return self.transformer.forward(np.array([[r.history[-1]]]), self.state, len(r.history) - 1,
+                                            last_only=True)
+        ids = np.array([[r.history[-1]] for r in requests])              # [B, 1] the newest token of each
+        return self.transformer.forward(ids, self.state, [len(r.history) - 1 for r in requests], last_only=True,
+                                        slots=slots)
+
+    def tokens(self, request, timings=None, cached=0):
+        """Yields the request's new ids one by one; the last one is a stop id if it hit one. cached:
+        the State's cache already holds the keys and values of request.ids[:cached] (a chat's
+        earlier turns), so only the rest is prefilled. Timings time the passes, not the sampling."""
+        timings = timings or Timings()
         t0 = time.perf_counter()
-        logits = transformer.forward(np.array([[token]]), state, len(history) - 1, last_only=True)  # [1, V]
-        timings.gen_tokens += 1
-        timings.gen_s += time.perf_counter() - t0
+        logits = self.prefill(request, cached)                            # [1, V]
+        timings.prompt_tokens, timings.prompt_s = len(request.ids) - cached, time.perf_counter() - t0
+        while True:
+            done = request.take(logits[-1])
+            if timings.first_token_s is None:
+                timings.first_token_s = time.perf_counter() - timings.start
+            yield request.history[-1]
+            if done:
+                return
+            t0 = time.perf_counter()
+            logits = self.step([request])                                 # [1, V]
+            timings.gen_tokens += 1
+            timings.gen_s += time.perf_counter() - t0
 
 
-def decode_batch(transformer, prompts, max_new_tokens, params, stop_ids):
-    """Yields (i, token): the new tokens of several prompts decoded together, prompt i with
-    max_new_tokens[i] and params[i] (its own sampler and seed). Each prompt is prefilled on its
-    own (a prefill is compute-bound: batching prompts saves nothing there); then each step is one
-    pass for every sequence still running, each at its own position, so the weights are read once
-    a step for all of them. A sequence leaves the batch at a stop id or its last token."""
-    samplers = [Sampler(p) for p in params]
-    history = [list(p) for p in prompts]
-    state = transformer.state(max(len(p) + m for p, m in zip(prompts, max_new_tokens)), batch=len(prompts),
-                              rows=max(len(prompts), *map(len, prompts)))
-    logits = [transformer.forward(np.asarray([p]), state, 0, last_only=True, slots=[i])[0]   # [V] each
-              for i, p in enumerate(prompts)]
-    running = range(len(prompts))
+def decode_tokens(transformer, request, timings=None):
+    """Yields the request's new ids one by one (Decoder.tokens), on a State made for it when the
+    first one is asked for: prompt + max_new_tokens positions, the prompt prefilled in one pass."""
+    decoder = Decoder(transformer, len(request.ids) + request.max_new_tokens, rows=len(request.ids))
+    yield from decoder.tokens(request, timings)
+
+
+def decode_batch(transformer, requests):
+    """Yields (i, token): the new tokens of several requests decoded together. Each prompt is
+    prefilled on its own (a prefill is compute-bound: batching prompts saves nothing there); then
+    each step is one pass for every request still running, each at its own position, so the
+    weights are read once a step for all of them. A request leaves the batch when take() ends it."""
+    decoder = Decoder(transformer, max(len(r.ids) + r.max_new_tokens for r in requests), batch=len(requests),
+                      rows=max(len(requests), *(len(r.ids) for r in requests)))
+    logits = [decoder.prefill(r, slot=i)[0] for i, r in enumerate(requests)]    # [V] each
+    running = range(len(requests))
     while True:
         for i, row in zip(running, logits):
-            history[i].append(samplers[i](row, history[i]))
-            yield i, history[i][-1]
-        running = [i for i in running if history[i][-1] not in stop_ids
-                   and len(history[i]) - len(prompts[i]) < max_new_tokens[i]]
+            requests[i].take(row)
+            yield i, requests[i].history[-1]
+        running = [i for i in running if requests[i].finish_reason is None]
         if not running:
             return
-        ids = np.array([[history[i][-1]] for i in running])             # [B', 1] the newest token of each
-        logits = transformer.forward(ids, state, [len(history[i]) - 1 for i in running], last_only=True,
-                                     slots=running)                     # [B', V]
-
-
-def prefill(transformer, ids, state, start, slot=None):
-    """Runs ids at positions start.. into the cache (of the State's sequence `slot`, default its
-    only one), in passes of as many rows as the State's buffers hold (one pass for a prompt State
-    sized to it); the last position's logits [1, V]."""
-    rows = state.buf.n_max
-    for i in range(0, len(ids), rows):
-        logits = transformer.forward(np.asarray([ids[i:i + rows]]), state, start + i, last_only=True,
-                                     slots=None if slot is None else [slot])
-    return logits
+        logits = decoder.step([requests[i] for i in running], running)      # [B', V]
 
 
 class TextStream:

@@ -5,17 +5,18 @@
     for token in seq:            # the new ids as they come (a thread-safe queue underneath)
         ...
 
-The scheduler owns one run State of `slots` sequences, its KV cache paged and shared
+The scheduler owns one Decoder (Model.decoder): a run State of `slots` sequences, its KV cache paged and shared
 (engine/transformer.py's PagedKVCache: pages of 64 positions, a page table per sequence, a prefix
 cache of named pages), and one thread, the engine's, which loops: admit waiting requests into free
 slots (each prompt prefilled on its own, in passes of up to PREFILL_ROWS rows: a prefill is
 compute-bound, batching it buys nothing; the pages of its start that an earlier request left, a
-shared system prompt, are taken instead of recomputed), then one decode pass
-for every running sequence, each at its own position (Transformer.forward with a start and a page
-table per sequence: the weights are read once for all of them), then hand each its token and retire
-those that ended (a stop id, max_new_tokens, or cancel(): a client gone). A retired slot is free at
-the next step. Requests beyond the slots wait in a queue of at most `queue` entries; submit()
-beyond that raises Busy (the server answers 503).
+shared system prompt, are taken instead of recomputed), then one decode step for every running
+sequence, each at its own position (decoding/generate.py's Decoder.step: the weights are read once
+for all of them), then each takes its token and those that ended retire (a stop id,
+max_new_tokens, or cancel(): a client gone). A retired slot is free at the next step. The passes
+and a request's token choice are decoding/generate.py's, the checks Model.request's: the
+scheduler keeps admission, the pages and its thread. Requests beyond the slots wait in a queue
+of at most `queue` entries; submit() beyond that raises Busy (the server answers 503).
 
 A request's tokens are those it would get alone: its own Sampler and seed, its own pages and
 positions; tests/test_serve.py checks it token for token (decoding/generate.py's decode_batch is
@@ -28,16 +29,10 @@ import queue
 import threading
 from collections import deque
 
-import numpy as np
-
-from ..decoding.generate import prefill
-from ..decoding.sampling import Sampler
+from ..decoding.generate import PREFILL_ROWS
 from ..engine.kernels import PAGE
 from ..engine.ledger import Ledger
 from ..engine.transformer import PagedKVCache
-from ..errors import UsageError
-
-PREFILL_ROWS = 512      # rows per prefill pass (llama.cpp's default micro-batch)
 
 
 class Busy(Exception):
@@ -45,16 +40,16 @@ class Busy(Exception):
 
 
 class Sequence:
-    """One request: iterate it for its new token ids (it ends after the last); finish_reason then
-    says why: "stop" (a stop id, the last id given), "length" (max_new_tokens), "cancelled", or
-    "error" (the engine failed: `error` says how)."""
+    """A request being served (its decoding.generate.Request, checked by Model.request): iterate
+    it for its new token ids (it ends after the last); finish_reason then says why: "stop" (a stop
+    id, the last id given), "length" (max_new_tokens), "cancelled", or "error" (the engine failed:
+    `error` says how)."""
 
-    def __init__(self, ids, max_new_tokens, params, stop_ids, on_token=None):
-        self.ids, self.max_new_tokens, self.stop_ids = list(ids), max_new_tokens, stop_ids
+    def __init__(self, request, on_token=None):
+        self.request = request
+        self.ids, self.history = request.ids, request.history   # the request's own lists, read as they grow
         self.on_token = on_token           # also called with each token and None at the end (the server's)
-        self.sampler = Sampler(params)
-        self.history = list(ids)
-        self.finish_reason = self.error = None
+        self.error = None
         self.cancelled = False
         self.reused = self.prefilled = 0    # prompt positions taken from the prefix cache / run
         self._out = queue.Queue()
@@ -68,22 +63,21 @@ class Sequence:
         self.cancelled = True
 
     @property
+    def finish_reason(self):
+        return self.request.finish_reason
+
+    @property
     def new(self):
-        return self.history[len(self.ids):]
+        return self.request.new
 
     def _take(self, logits):
-        """Samples the next token from logits [V]; True if the sequence has ended."""
-        token = self.sampler(logits, self.history)
-        self.history.append(token)
-        self._give(token)
-        if token in self.stop_ids:
-            self.finish_reason = "stop"
-        elif len(self.new) >= self.max_new_tokens:
-            self.finish_reason = "length"
-        return self.finish_reason is not None
+        """The request takes its next token from logits [V], which is given out; True if it has ended."""
+        done = self.request.take(logits)
+        self._give(self.history[-1])
+        return done
 
     def _end(self, reason=None):
-        self.finish_reason = self.finish_reason or reason
+        self.request.finish_reason = self.request.finish_reason or reason
         self._give(None)
 
     def _give(self, item):
@@ -107,9 +101,9 @@ class Scheduler:
         self.n_ctx = n_ctx or model.config.max_position_embeddings
         pages = (slots * -(-self.n_ctx // PAGE)                        # every slot can fill its context
                  + prefix_cache_bytes // PagedKVCache.page_bytes(model.config))
-        self.state = model.transformer.state(self.n_ctx, batch=slots, rows=max(slots, min(PREFILL_ROWS, self.n_ctx)),
-                                             pages=pages)
-        self.cache = self.state.cache
+        self.decoder = model.decoder(self.n_ctx, batch=slots, rows=max(slots, min(PREFILL_ROWS, self.n_ctx)),
+                                     pages=pages)
+        self.cache = self.decoder.cache
         self.ledger = Ledger() if ledger else None
         self.free = list(range(slots))
         self.waiting = deque()
@@ -120,13 +114,10 @@ class Scheduler:
         self._thread.start()
 
     def submit(self, ids, max_new_tokens, params, on_token=None):
-        """Queues a request (prompt ids checked by the caller: in the vocabulary, non-empty); returns
-        its Sequence at once (on_token: called on the engine's thread with each token, then None).
-        UsageError if it cannot fit a slot's context; Busy if the queue is full."""
-        if len(ids) + max_new_tokens > self.n_ctx:
-            raise UsageError(f"the prompt ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
-                             f"context of {self.n_ctx} positions")
-        seq = Sequence(ids, max_new_tokens, params, self.model.stop_ids, on_token)
+        """Queues a request (prompt ids, max_new_tokens, SamplingParams: Model.request checks them
+        and that they fit a slot's context, a UsageError if not); returns its Sequence at once
+        (on_token: called on the engine's thread with each token, then None). Busy if the queue is full."""
+        seq = Sequence(self.model.request(ids, max_new_tokens, params, n_ctx=self.n_ctx), on_token)
         with self._wake:
             if len(self.waiting) >= self.queue_size + len(self.free):   # the free slots take some at once
                 raise Busy(f"all {self.slots} slots are busy and {len(self.waiting)} requests wait")
@@ -166,7 +157,7 @@ class Scheduler:
             return self._retire(slot, seq, "cancelled")
         seq.reused = self.cache.start(slot, seq.ids)
         self._grow(slot, len(seq.ids))
-        logits = prefill(self.model.transformer, seq.ids[seq.reused:], self.state, seq.reused, slot)
+        logits = self.decoder.prefill(seq.request, seq.reused, slot)
         seq.prefilled = len(seq.ids) - seq.reused
         self.cache.name_pages(slot, seq.ids)
         self.running[slot] = seq
@@ -185,9 +176,7 @@ class Scheduler:
         seqs = [self.running[s] for s in slots]
         for slot, seq in zip(slots, seqs):
             self._grow(slot, len(seq.history))                            # a page for the newest token's K/V
-        ids = np.array([[seq.history[-1]] for seq in seqs])               # [B, 1] the newest token of each
-        logits = self.model.transformer.forward(ids, self.state, [len(seq.history) - 1 for seq in seqs],
-                                                last_only=True, slots=slots)   # [B, V]
+        logits = self.decoder.step([seq.request for seq in seqs], slots)  # [B, V]
         self.steps += 1
         self.generated += len(seqs)
         for slot, seq, row in zip(slots, seqs, logits):

@@ -51,7 +51,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from ..decoding.diffusion import Denoised, Options, Step
-from ..decoding.generate import TextStream, cut_at_stop
+from ..decoding.generate import DEFAULT_CTX, TextStream, cut_at_stop
 from ..decoding.visual import masked_text
 from ..errors import TinydiffError, UsageError
 from .scheduler import Busy, Scheduler
@@ -85,7 +85,7 @@ class ApiError(Exception):
 
 def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
     """The starlette app serving model under name."""
-    n_ctx = n_ctx or min(model.config.max_position_embeddings, 4096)
+    n_ctx = n_ctx or min(model.config.max_position_embeddings, DEFAULT_CTX)
     scheduler = Scheduler(model, slots, n_ctx, queue) if model.config.causal else None
     diffusion = ThreadPoolExecutor(1, thread_name_prefix="tinydiff-diffusion") if scheduler is None else None
     denoising = {"running": 0, "waiting": 0}          # a diffusion model's requests (event loop only)
@@ -158,7 +158,7 @@ def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
         if isinstance(prompt, str) and prompt:
             ids = await asyncio.to_thread(model.encode_prompt, prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
-            ids = model._ids(prompt).tolist()
+            ids = prompt                          # in the vocabulary: the Model checks (request, denoise_steps)
         else:
             raise ApiError(400, "prompt must be a non-empty string, a list of one, or a list of token ids "
                                 "(one prompt a request)", param="prompt")
