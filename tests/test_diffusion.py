@@ -16,6 +16,7 @@ import pytest
 import tinydiff
 from tinydiff.decoding import diffusion as D
 from tinydiff.decoding import sampling as S
+from tinydiff.decoding.canvas import parse_holes
 from tinydiff.decoding.diffusion import Denoised, Step
 from tinydiff.decoding.visual import MASK_CHAR, LiveView
 from tinydiff.engine import kernels as K
@@ -488,7 +489,7 @@ def test_infill_fills_only_the_holes():
 def test_infill_text_keeps_every_given_token(model):
     tok = model.tokenizer
     text = "The [MASK*3] sat on the [MASK]."
-    ids, first, last = D.parse_holes(tok, text, 2, 256)
+    ids, first, last = parse_holes(tok, text, 2, 256)
     assert ids.count(2) == 4
     filled = model.infill(ids)
     assert all(f == i for f, i in zip(filled, ids) if i != 2) and 2 not in filled

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from .decoding import diffusion
+from .decoding.canvas import MASK_NAMES, mask_token_id, parse_holes
 from .decoding.diffusion import Options
 from .decoding.generate import Decoder, Request, Timings, decode_batch, decode_tokens, stream_text
 from .decoding.sampling import SamplingParams
@@ -170,7 +171,7 @@ class Model:
         self.stored_bytes = stored_bytes or {}     # {"F32": bytes, "Q8_0": ...} as in the checkpoint
         eos = None if tokenizer is None else tokenizer.eos_id
         self.stop_ids = frozenset(config.eos_token_ids) | ({eos} if eos is not None else set())  # EOS ids
-        self.mask_id = diffusion.mask_token_id(config, tokenizer)   # None: this model cannot denoise
+        self.mask_id = mask_token_id(config, tokenizer)   # None: this model cannot denoise
 
     @property
     def pool(self):
@@ -221,7 +222,7 @@ class Model:
                              "cannot denoise or infill; use generate() / --mode ar, or a masked-diffusion model")
         if self.mask_id is None:
             raise UsageError(f"{self.path or 'the model'} has no mask token (no mask_token_id in config.json, "
-                             f"no special token {' '.join(diffusion.MASK_NAMES)}), so it cannot denoise")
+                             f"no special token {' '.join(MASK_NAMES)}), so it cannot denoise")
         return self.mask_id
 
     def _fit_prompt(self, ids, max_new_tokens, truncate, n_ctx=None):
@@ -395,7 +396,7 @@ class Model:
         new = self.generate_ids([self.encode_prompt(p) for p in prompt], max_new_tokens, **sampling)
         return ["".join(stream_text(self.tokenizer, ids, self.stop_ids, stop)) for ids in new]
 
-    # -- masked diffusion (tinydiff/decoding/diffusion.py has the options and what they mean) ---------------
+    # -- masked diffusion (decoding/diffusion.py has the options, docs/diffusion.md what they do) ----------
 
     def denoise_steps(self, ids, gen_length=128, fixed=None, **options):
         """Yields a diffusion.Step per forward pass, then the diffusion.Denoised. ids: the prompt, or
@@ -461,7 +462,7 @@ class Model:
 
     def holes(self, text):
         """Text with [MASK] / [MASK*N] holes -> (ids, where the text's ids start, where they end)."""
-        return diffusion.parse_holes(self._tokenizer(), text, self._mask(), self.config.max_position_embeddings)
+        return parse_holes(self._tokenizer(), text, self._mask(), self.config.max_position_embeddings)
 
     def infill(self, text, *, on_step=None, **options):
         """Fills the [MASK] / [MASK*N] holes of text (or the mask ids of a list of ids); every given

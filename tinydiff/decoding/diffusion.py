@@ -1,98 +1,26 @@
-"""Masked-diffusion decoding (LLaDA, Dream, Fast-dLLM, EB-sampler): fill a canvas of masks.
+"""Masked-diffusion decoding (LLaDA, Dream, Fast-dLLM, EB-sampler, block diffusion): fill a canvas of masks.
 
-The canvas is the prompt followed by gen_length mask tokens. Each step is one bidirectional forward
-pass: it predicts a token for every masked position, commits some of them, and leaves the rest
-masked for the next step. Blocks make it semi-autoregressive: the masked positions are taken
-block_length at a time, left to right, and a step only ever commits positions of the current block.
-block_length=1 with one step per block is plain left-to-right decoding again. denoise_steps runs a
-Transformer on a canvas and Options that model.py has checked: the denoiser asks for each pass
-(Pass, CanvasPass) and is sent its logits, so one loop serves a single canvas (denoise_steps) and
-many at once, one forward for all (denoise_together).
+The canvas is the prompt followed by gen_length mask tokens (infilling: given text with holes
+anywhere). The holes are denoised in blocks, left to right (one block unless told), and a step
+works on the current block only:
+  1. one bidirectional forward pass gives the logits of the block's masked positions;
+  2. _predict picks a token for each (argmax, or Gumbel-max at a temperature; after guidance, the
+     banned ids and the repetition penalty) and scores how sure it is (the remasking);
+  3. _count and _choose say how many and which of them to commit (the schedule, or an adaptive
+     rule: threshold, factor, entropy_bound; _apart spaces them by gap); the rest stay masked.
+A block ends once it is fully committed (at its last step at the latest); with eos="stop" a block
+holding an EOS ends the run. Block diffusion (block_size) also caches the prompt and each finished
+block causally and exactly, and a step recomputes its block alone.
 
-How many positions a step commits:
-  schedule="uniform"   the block's tokens spread evenly over its steps, the remainder on the first
-                       steps (LLaDA's get_num_transfer_tokens): 10 tokens in 4 steps -> 3, 3, 2, 2.
-  schedule="timestep"  Dream: with t = linspace(1, eps, S+1), step s commits
-                       int(masked_now * (1 - t[s+1] / t[s])) and the block's last step all the rest
-                       (so a step may commit nothing, as in Dream).
-  threshold            Fast-dLLM: every masked position of the block with confidence >= threshold,
-                       and always at least the most confident one, so a block never stalls.
-  factor               Fast-dLLM's factor rule: with c_1 >= c_2 >= ... the sorted confidences, the
-                       largest n with c_i >= 1 - factor / (i + 1) for every i <= n (at least 1).
-                       Fast-dLLM's code commits the whole block when only the last one fails; here
-                       that position stays masked, as the rule says.
-  entropy_bound        EB-sampler (as in DiffusionGemma): positions by entropy, lowest first; the
-                       largest k with sum(their entropies) - max(their entropy) <= entropy_bound
-                       (at least 1).
-  With threshold/factor/entropy_bound the number of steps is adaptive: `steps` is a cap (per block),
-  and a block that reaches its cap commits everything left at its last step.
-  gap                  with an adaptive rule: the positions one step commits are more than `gap`
-                       apart. The rule's picks are taken in its order (the most confident first)
-                       and each is kept only if no position kept before it is within `gap`; a later
-                       step takes the others if they still qualify. Neighbours depend on each other
-                       most, and drawing them in one step draws each from its marginal as if the
-                       other were unknown (each likely, the pair not): DUS
-                       (Luxembourg, Permuter & Nachmani 2025, dilated unmasking) keeps the tokens of
-                       one step apart for this reason; here it filters Fast-dLLM's picks.
-
-Which positions (remasking), scored from p = softmax(logits) at temperature 1 in float64, taken
-after guidance, after the banned tokens are removed and after the repetition penalty, before
-top-k/top-p (those only limit what can be drawn); each row's max, sum of e^(z - max) (and entropy
-sum) come from one C pass (kernels.softmax_stats, e^ within 2 ulp), p is never written out whole.
-This is LLaDA's choice for low_confidence (Dream scores the tempered distribution):
-  low_confidence  p[chosen token]     margin  top-1 minus top-2 probability
-  entropy         -entropy(p): the least uncertain position first        random  uniform
-alg_temp > 0 (Dream) draws the positions from softmax(confidence / alg_temp) without replacement
-(Gumbel top-k) instead of taking the top ones.
-
-Which token: temperature 0 is argmax, exactly and deterministically. temperature > 0 draws every
-position independently by Gumbel-max, argmax(logits / T + g) with g ~ Gumbel(0, 1) in float64 for
-every position and token (LLaDA notes that low-precision Gumbel noise hurts quality); top-k and
-top-p first restrict the token set, in tinydiff.decoding.sampling's order. g is made in C
-(kernels.gumbel_max) from the uniforms NumPy's rng.gumbel would make it from, by its formula: the
-draws are sampling.gumbel_max's with the same rng, in a third of its time (choosing 119 positions
-of a 126k vocabulary: 80 ms against 290 on 2 cores). The mask token is never chosen (a committed
-mask would look masked again); with eos="suppress" neither are the EOS ids. repeat_penalty > 1 is
-HF's and llama.cpp's rule (positive logits divided by it, negative ones multiplied) on the distinct
-tokens already on the canvas (given or committed) within repeat_last_n positions of the masked one,
-on either side: a canvas has no "last n tokens", and a word committed ahead repeats as much as one
-behind (sampling.penalize_near).
-
-cfg_scale > 0 is classifier-free guidance: a second canvas row with the prompt replaced by masks
-runs in the same forward pass (batch of 2), and logits = un + (cfg_scale + 1) * (cond - un).
-
-block_size (block diffusion: BD3-LM, SDAR, Fast-dLLM v2): the prompt is prefilled causally into the
-KV cache; the generated positions are taken block_size at a time, each block starting all-masked and
-denoised by the rules above while it attends to the cached positions before it and to itself only
-(never to a later block); once committed, one more pass writes its clean K/V into the cache, causally
-(the clean text is read as an AR model reads it, as `tinydiff train --objective block` trains it;
-the last block, which nothing reads after, skips it), and no committed position is ever
-recomputed. With block_size 1 and one step per block, a model whose row i predicts position i+1
-decodes exactly as greedy autoregressive decoding does.
-
-cache (Fast-dLLM): None recomputes the whole canvas every step. "prefix": a block's first step is a
-full pass (it refreshes every K/V slot), later steps recompute the block and everything after it and
-read the K/V before the block from the cache. "dual": later steps recompute only the block. Both are
-approximations for a bidirectional model: the cached K/V of the other positions are those of the
-block's first step, not of the current canvas. A block's first step equals the uncached pass exactly.
-
-eos: "stop" - once a block is fully committed and holds an EOS id, every position after the first
-EOS becomes EOS and the remaining blocks are skipped (passes_saved counts the steps they were
-allotted: exact for the fixed schedules, the cap for the adaptive rules); "suppress" - EOS logits
-are -inf; "keep" - no special treatment. Text is returned up to the first EOS.
-
-steps > gen_length is an error, not clamped: a step must commit at least one token on average.
-steps must be a multiple of the number of blocks (each block gets steps / blocks), as in LLaDA.
-(Model._check_plan holds both.)
-
-Infilling: the canvas is given whole, the holes anywhere; only the holes are denoised, every given
-token stays fixed, and "the prompt" for guidance is everything given. Blocks are then groups of
-block_length holes, left to right.
+A Denoiser is one run as a plain object: next_pass() names the forward pass it needs next (a Pass,
+Transformer.forward's arguments, or a CanvasPass, canvas_logits'; None once it is over) and
+take(logits) hands that pass's logits back and returns the Step it made. denoise_steps drives one
+on a Transformer, denoise_together many at once, one forward a pass for all. Dream's shift (row i
+predicts position i+1) is engine.transformer.canvas_rows'. What each option does, at length:
+docs/diffusion.md.
 """
 import math
-import re
 import time
-from collections import namedtuple
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -101,7 +29,7 @@ import numpy as np
 from ..engine import cost, ledger
 from ..engine import kernels as K
 from ..engine.masks import BIDIRECTIONAL, CAUSAL
-from ..engine.transformer import canvas_pass, canvas_rows, source_rows
+from ..engine.transformer import canvas_rows
 from ..errors import (
     ModelError,
     UsageError,
@@ -110,15 +38,12 @@ from ..errors import (
     is_integer,
     is_number,
 )
-from ..formats.files import show
 from .sampling import penalize_near, restrict
 
 REMASKING = ("low_confidence", "margin", "entropy", "random")
 SCHEDULES = ("uniform", "timestep")
 CACHES = (None, "prefix", "dual")
 EOS_MODES = ("stop", "suppress", "keep")
-MASK_NAMES = ("<|mask|>", "[MASK]", "<mask>", "<|mdm_mask|>")
-HOLE = re.compile(r"\[MASK(?:\*(\d+))?\]")      # [MASK] = one token, [MASK*N] = N tokens
 CHUNK_BYTES = 1 << 22   # float64 temporaries of the rows scored at once: 4 MiB, reused from the heap
                         # step after step (128 rows of a 126k vocabulary, 129 MB, were fresh pages every
                         # step: 0.3 s of page faults a step on LLaDA-8B's vocabulary)
@@ -154,6 +79,7 @@ class Denoised:
         return sum(self.commits) / self.passes if self.passes else 0.0
 
 
+
 # -- options -----------------------------------------------------------------------------------
 
 def _option(default, flag, help, **argparse):
@@ -164,32 +90,47 @@ def _option(default, flag, help, **argparse):
 @dataclass(frozen=True)
 class Options:
     """Everything a denoising run can be told, declared once: the API takes these names as keywords,
-    the CLI makes a flag of each field that names one. Each mistake is one UsageError line."""
+    the CLI makes a flag of each field that names one. Each mistake is one UsageError line.
+    docs/diffusion.md says what each does at length."""
+    # the holes block_length at a time, left to right, steps / blocks steps each (steps: a multiple
+    # of the blocks and at most one a hole, Model._check_plan; with an adaptive rule, a cap a block)
     steps: Optional[int] = _option(None, "--steps", "denoising steps (default: one per token)", type=int)
     block_length: Optional[int] = _option(None, "--block", "block length, semi-autoregressive (default: one block)",
                                           type=int)
+    # block diffusion (BD3-LM, SDAR, Fast-dLLM v2): the prompt and each finished block in the KV cache,
+    # causally; a block attends to them and to itself, never to a later block
     block_size: Optional[int] = _option(None, "--block-size", "block diffusion: attention causal across blocks of "
                                         "N, bidirectional inside one, committed blocks cached exactly", type=int)
+    # the score of a position's token, from softmax(logits) at temperature 1: p[token] (low_confidence),
+    # top-1 minus top-2 (margin), -entropy (entropy), or uniform (random)
     remasking: str = _option("low_confidence", "--remask", "which positions a step commits first",
                              choices=REMASKING)
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
+    temperature: float = 0.0        # 0: argmax; else Gumbel-max in float64, every position on its own
+    top_k: int = 0                  # 0 = off; top_k and top_p restrict what a temperature can draw
+    top_p: float = 1.0              # 1 = off
     repeat_penalty: float = 1.0     # 1 = off; the known tokens within repeat_last_n positions, either side
     repeat_last_n: int = 64
+    # the adaptive rules (at most one): a step commits as many as the rule takes, at least one
     threshold: Optional[float] = _option(None, "--threshold", "commit every position this confident (Fast-dLLM)",
                                          type=float)
+    # the largest n whose sorted confidences all have c_i >= 1 - factor / (i + 1)
     factor: Optional[float] = _option(None, "--factor", "Fast-dLLM's factor rule", type=float)
+    # the k lowest entropies whose sum less their largest is <= entropy_bound
     entropy_bound: Optional[float] = _option(None, "--entropy-bound", "EB-sampler's entropy bound", type=float)
+    # the rule's picks in its order, each kept if none kept before is within gap (DUS's dilated unmasking)
     gap: int = _option(0, "--gap", "positions one step commits are more than N apart (with --threshold, --factor "
                        "or --entropy-bound)", type=int)
+    # without a rule: the block's tokens evenly over its steps (LLaDA), or Dream's timesteps 1 .. eps
     schedule: str = _option("uniform", "--schedule", "tokens per step", choices=SCHEDULES)
     eps: float = 1e-3
-    alg_temp: Optional[float] = None
+    alg_temp: Optional[float] = None   # Dream: draw the positions from softmax(score / alg_temp), not the top ones
+    # a second canvas row with the prompt masked in the same pass: un + (cfg_scale + 1) * (cond - un)
     cfg_scale: float = _option(0.0, "--cfg", "classifier-free guidance scale (0: off)", type=float)
+    # after a block's first, full step: recompute the block and after it (prefix) or the block (dual)
     cache: Optional[str] = _option(None, "--cache", "KV cache (Fast-dLLM)", choices=CACHES)
+    # stop: a finished block holding an EOS ends the run, EOS after it; suppress: never chosen; keep
     eos: str = _option("stop", "--eos", "what EOS does (infill: suppress)", choices=EOS_MODES)
-    seed: Optional[int] = None
+    seed: Optional[int] = None      # of the draws' generator (temperature, random, alg_temp); None: fresh
 
     def __post_init__(self):
         for name, allowed in (("remasking", REMASKING), ("schedule", SCHEDULES), ("cache", CACHES),
@@ -274,7 +215,7 @@ def plan(holes, steps, block_length):
     return Plan(np.asarray(holes, np.int64).reshape(n // block_length, block_length), steps // (n // block_length))
 
 
-# -- the mask token and the canvas -------------------------------------------------------------
+# -- the passes a run asks for -----------------------------------------------------------------
 
 def to_the_end(items, on_step=None):
     """The Denoised that ends denoise_steps' items, calling on_step(step, canvas_ids,
@@ -286,22 +227,9 @@ def to_the_end(items, on_step=None):
             on_step(item.index, item.canvas, item.committed)
 
 
-def mask_token_id(config, tokenizer):
-    """config.json's mask_token_id, else a special token with a usual mask name, else None."""
-    if config.mask_token_id is not None:
-        return config.mask_token_id
-    for name in MASK_NAMES if tokenizer is not None else ():
-        i = tokenizer.token_to_id(name)
-        if i is not None and i in getattr(tokenizer, "special_ids", ()):
-            return i
-    return None
-
-
-# -- the run -----------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Pass:
-    """A forward pass a denoiser asks for (Transformer.forward's arguments): ids [B, n] at positions
+    """A forward pass a Denoiser asks for (Transformer.forward's arguments): ids [B, n] at positions
     start.., attending to cache slots 0..kv_len-1 (None: up to the last new one) under mask; the
     logits of each sequence's last row (last_only), of the rows out_rows (of the B*n), or all."""
     ids: np.ndarray
@@ -311,39 +239,166 @@ class Pass:
     last_only: bool = False
     out_rows: Optional[np.ndarray] = None
 
+    def run(self, transformer, state):
+        return transformer.forward(self.ids, state, self.start, self.kv_len, self.mask, self.last_only,
+                                   out_rows=self.out_rows)
+
+    def as_forward(self, config):
+        """This pass as one forward, and how its logits become run()'s: as they are."""
+        return self, _as_is
+
+    def logit_rows(self):
+        """The rows (of its B*n) whose logits it gives: out_rows, each sequence's last, or all."""
+        B, n = self.ids.shape
+        if self.out_rows is not None:
+            return self.out_rows
+        return np.arange(B) * n + n - 1 if self.last_only else np.arange(B * n)
+
 
 @dataclass(frozen=True)
 class CanvasPass:
     """A bidirectional pass for rows start..end-1 of canvas [B, L], the rest read from the cache
-    (Transformer.canvas_logits, Dream's shift included); its reply is logits [B, end-start, V], or
+    (Transformer.canvas_logits, Dream's shift included); its logits are [B, end-start, V], or
     [B, len(want), V] for the positions want alone."""
     canvas: np.ndarray
     start: int
     end: int
     want: Optional[np.ndarray] = None
 
+    def run(self, transformer, state):
+        return transformer.canvas_logits(self.canvas, state, self.start, self.end, self.want)
+
+    def as_forward(self, config):
+        """The Pass canvas_logits runs, and how its logits become run()'s (canvas_rows, as there)."""
+        first, out_rows, unshift = canvas_rows(config, len(self.canvas), self.start, self.end, self.want)
+        ids = self.canvas[:, first:self.end]
+        return Pass(ids, first, self.canvas.shape[1], BIDIRECTIONAL, out_rows=out_rows), unshift
+
+
+def _as_is(logits):
+    return logits
+
+
+def _block_pass(config, x, lo, hi, last, want=None):
+    """Block diffusion's pass over block lo..hi-1 of x [B, L], which sees the cached clean blocks
+    before it and itself (kv_len = hi), never a later block, and how its logits become the
+    distributions [B, hi-lo or len(want), V] (of positions want alone: the LM head on those rows):
+    for a shifted model position lo's is `last`, the last row of the pass that cached the text before
+    the block, so no clean position is recomputed."""
+    first, out_rows, unshift = canvas_rows(config, len(x), lo, hi, want, left=last)
+    return Pass(x[:, first:hi], first, hi, BIDIRECTIONAL, out_rows=out_rows), unshift
+
+
+def block_logits(transformer, x, state, lo, hi, last):
+    """_block_pass run on transformer and state: the distributions [B, hi-lo, V] of the block (the
+    tests hold it to training's block objective)."""
+    p, unshift = _block_pass(transformer.config, x, lo, hi, last)
+    return unshift(p.run(transformer, state))
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+class Denoiser:
+    """One denoising run, a step at a time. next_pass() is the pass it needs next (None: the run is
+    over, and `result` holds its Denoised); take(logits) hands that pass's logits back, as its run()
+    gives them, and returns the Step they made (None after a pass that only fills block diffusion's
+    cache). canvas [L] int64 has mask_id at every hole; given [L] bool marks the positions that never
+    change; the output ids start at canvas position `start`; options is an Options whose steps and
+    blocks fit the holes (Model checks them); stop_ids are the EOS ids."""
+
+    def __init__(self, config, canvas, given, start, options, mask_id, stop_ids):
+        o = self.options = options
+        self.config, self.start, self.mask_id = config, start, mask_id
+        self.plan = plan(np.flatnonzero(~given), o.steps, o.block_size or o.block_length)
+        self.counts = _uniform_counts(self.plan.blocks.shape[1], self.plan.steps_per_block)  # every block's
+        self.stop_ids = np.asarray(sorted(stop_ids), np.int64)
+        self.banned = [mask_id] + (self.stop_ids.tolist() if o.eos == "suppress" else [])
+        self.rng = np.random.default_rng(o.seed)
+        self.x = canvas[None].copy()                                 # [B, L]: row 0 is the canvas
+        if o.cfg_scale:                                              # row 1: nothing given, the unconditional input
+            self.x = np.stack([canvas, np.where(given, mask_id, canvas)])
+        self.rows = len(self.x)                                      # the cache rows it needs
+        self.exact = o.block_size is not None                        # block diffusion: an exact KV cache
+        self.b, self.s = 0, 0                                        # the next step: block b's step s
+        self.caching = (0, start) if self.exact else None            # positions to cache, causally, first
+        self.last = None                                             # [B, V]: that pass's last row
+        self.asked = None                                            # the step asked for, until taken
+        self.passes, self.commits, self.saved, self.t_run = 0, [], 0, time.perf_counter()
+        self.result = None
+
+    def next_pass(self):
+        """The Pass or CanvasPass to run next, or None once the run is over."""
+        if self.caching is not None:                                 # the text before block b, into the cache
+            lo, hi = self.caching
+            return Pass(self.x[:, lo:hi], lo, None, CAUSAL, last_only=True)
+        if self.b == len(self.plan.blocks):
+            if self.result is None:
+                self.result = self._denoised()
+            return None
+        block, x, t_step = self.plan.blocks[self.b], self.x, time.perf_counter()
+        lo, hi = int(block[0]), int(block[-1]) + 1
+        span = (lo, hi) if self.exact else _span(self.options.cache, self.s, lo, hi, x.shape[1])
+        todo = block[x[0, block] == self.mask_id]                    # [m] masked positions of the block
+        if self.exact:
+            p, unshift = _block_pass(self.config, x, lo, hi, self.last, todo)
+        else:                                                        # the rows that can change
+            p, unshift = CanvasPass(x, *span, want=todo), _as_is
+        self.asked = (todo, span, unshift, t_step)
+        return p
+
+    def take(self, logits):
+        """The logits of the pass next_pass() gave: the Step they made, or None for a cache pass."""
+        self.passes += 1
+        if self.caching is not None:
+            self.last, self.caching = logits, None                   # [B, V] for the next block's first row
+            return None
+        todo, span, unshift, t_step = self.asked
+        o, x = self.options, self.x
+        tokens, conf, entropy = _predict(unshift(logits), o, self.rng, self.banned, todo, x[0], x[0] != self.mask_id)
+        count = _count(o, self.s, self.plan.steps_per_block, self.counts, len(todo))
+        chosen = _choose(o, conf, entropy, count, self.rng)
+        if o.gap and count is None:
+            chosen = _apart(chosen, todo, o.gap, x.shape[1])
+        pick = todo[chosen]
+        x[:, pick] = tokens[chosen]
+        self.commits.append(len(pick))
+        step = Step(len(self.commits) - 1, self.b, x[0].copy(), x[0] != self.mask_id, np.sort(pick), self.passes,
+                    span, time.perf_counter() - t_step)
+        self.s += 1
+        if len(pick) == len(todo) or self.s == self.plan.steps_per_block:
+            self._end_block()
+        return step
+
+    def _end_block(self):
+        """Block b is done: with eos="stop" an EOS in it ends the run; block diffusion caches it for
+        the next (the last block, which nothing reads after, is not)."""
+        blocks, b = self.plan.blocks, self.b
+        self.b, self.s = b + 1, 0
+        if self.options.eos == "stop" and _stop_at_eos(self.x, blocks[b], blocks, self.stop_ids):
+            self.saved = (len(blocks) - b - 1) * self.plan.steps_per_block
+            self.b = len(blocks)
+        elif self.exact and b + 1 < len(blocks):
+            self.caching = (int(blocks[b][0]), int(blocks[b][-1]) + 1)
+
+    def _denoised(self):
+        x, out = self.x, self.x[0, self.start:]
+        if self.options.eos == "stop":
+            hits = np.flatnonzero(np.isin(out, self.stop_ids))
+            out = out[:hits[0] + 1] if len(hits) else out
+        return Denoised(out.tolist(), x[0].copy(), self.passes, self.saved, self.commits,
+                        time.perf_counter() - self.t_run)
+
 
 def denoise_steps(transformer, canvas, given, start, options, mask_id, stop_ids):
-    """Denoises canvas [L] (int64, mask_id at every hole; given [L] bool: the positions that never
-    change) step by step; yields a Step per forward pass, then a Denoised whose ids start at
-    canvas position `start`. options: an Options whose steps and block_length fit the holes
-    (Model checks them). stop_ids: the EOS ids."""
-    run = _denoise(transformer.config, canvas, given, start, options, mask_id, stop_ids)
-    state = transformer.state(len(canvas), batch=1 + bool(options.cfg_scale))
-    reply = None
-    while True:                                                      # run each pass the denoiser asks for
-        item = _send(transformer, run, reply)
-        if isinstance(item, Pass):
-            reply = transformer.forward(item.ids, state, item.start, item.kv_len, item.mask, item.last_only,
-                                        out_rows=item.out_rows)
-            continue
-        if isinstance(item, CanvasPass):
-            reply = transformer.canvas_logits(item.canvas, state, item.start, item.end, item.want)
-            continue
-        reply = None
-        yield item
-        if isinstance(item, Denoised):
-            return
+    """Denoises canvas [L] (as a Denoiser takes it) step by step on transformer; yields a Step per
+    forward pass, then the Denoised, whose ids start at canvas position `start`."""
+    d = Denoiser(transformer.config, canvas, given, start, options, mask_id, stop_ids)
+    state = transformer.state(len(canvas), batch=d.rows)
+    while (p := d.next_pass()) is not None:
+        step = _take(transformer, d, p.run(transformer, state))
+        if step is not None:
+            yield step
+    yield d.result
 
 
 def denoise_together(transformer, jobs, mask_id, stop_ids):
@@ -353,154 +408,54 @@ def denoise_together(transformer, jobs, mask_id, stop_ids):
     all of them. jobs: [(canvas, given, start, options)], each as denoise_steps takes them (its own
     steps, seed, ...). Yields (i, item) for job i's Steps and its Denoised, each equal to what the
     job gives alone."""
-    cfg = transformer.config
-    runs = [_denoise(cfg, c, g, s, o, mask_id, stop_ids) for c, g, s, o in jobs]
-    rows = [1 + bool(o.cfg_scale) for *_, o in jobs]                 # cache rows of each job (guidance: 2)
-    row0 = np.cumsum([0] + rows)                                     # job i's cache rows are row0[i]..row0[i+1]-1
+    runs = [Denoiser(transformer.config, c, g, s, o, mask_id, stop_ids) for c, g, s, o in jobs]
+    row0 = np.cumsum([0] + [d.rows for d in runs])                   # job i's cache rows are row0[i]..row0[i+1]-1
     state = transformer.state(max(len(c) for c, *_ in jobs), batch=int(row0[-1]))
-    replies, live = [None] * len(jobs), list(range(len(jobs)))
+    replies, live = {}, list(range(len(jobs)))
     while live:
         asks = {}
-        for i in list(live):                                         # each job to its next pass, or its end
-            while not isinstance(item := _send(transformer, runs[i], replies[i]), (Pass, CanvasPass)):
-                replies[i] = None
-                yield i, item
-                if isinstance(item, Denoised):
-                    live.remove(i)
-                    break
+        for i in list(live):                                         # each job takes its logits, asks again or ends
+            if i in replies and (step := _take(transformer, runs[i], replies.pop(i))) is not None:
+                yield i, step
+            p = runs[i].next_pass()
+            if p is None:
+                yield i, runs[i].result
+                live.remove(i)
             else:
-                asks[i] = _as_forward(cfg, item)
-        groups = {}
-        for i, f in asks.items():
-            groups.setdefault(f.mask, []).append(i)
-        for mask, group in groups.items():                           # one forward for every job of a mask
-            seqs, starts, kv_lens, slots, out, base = [], [], [], [], [], 0
-            for i in group:
-                f = asks[i]
-                seqs += list(f.ids)
-                starts += [f.start] * rows[i]
-                kv_lens += [f.start + f.ids.shape[1] if f.kv_len is None else f.kv_len] * rows[i]
-                slots += range(row0[i], row0[i + 1])
-                out.append(base + f.out_rows)
-                base += f.ids.size
-            logits = transformer.forward(seqs, state, starts, kv_lens, mask, slots=slots, out_rows=np.concatenate(out))
-            at = 0
-            for i, o in zip(group, out):
-                replies[i], at = asks[i].shape(logits[at:at + len(o)]), at + len(o)
+                asks[i] = p.as_forward(transformer.config)
+        replies = _forward_together(transformer, state, asks, row0)
 
 
-def _send(transformer, run, reply):
-    """The denoiser run's next item for reply, its sampler's kernels (softmax_stats, gumbel_max) on
-    the model's pool as its passes are: on the default pool they woke that pool's worker, asleep
-    since the last step, once a step, and had three threads on two cores. Never held across a yield."""
+def _forward_together(transformer, state, asks, row0):
+    """{i: the logits job i asked for, as its pass's run() gives them} from one forward for each
+    mask asked for. asks: {i: (Pass, how to shape its logits)}."""
+    groups, replies = {}, {}
+    for i, (p, _) in asks.items():
+        groups.setdefault(p.mask, []).append(i)
+    for mask, group in groups.items():
+        seqs, starts, kv_lens, slots, out, base = [], [], [], [], [], 0
+        for i in group:
+            p = asks[i][0]
+            B, n = p.ids.shape
+            seqs += list(p.ids)
+            starts += [p.start] * B
+            kv_lens += [p.start + n if p.kv_len is None else p.kv_len] * B
+            slots += range(row0[i], row0[i + 1])
+            out.append(base + p.logit_rows())
+            base += p.ids.size
+        logits = transformer.forward(seqs, state, starts, kv_lens, mask, slots=slots, out_rows=np.concatenate(out))
+        at = 0
+        for i, o in zip(group, out):
+            replies[i], at = asks[i][1](logits[at:at + len(o)]), at + len(o)
+    return replies
+
+
+def _take(transformer, d, logits):
+    """d.take(logits) with its sampler's kernels (softmax_stats, gumbel_max) on the model's pool, as
+    its passes are: on the default pool they woke that pool's worker, asleep since the last step,
+    once a step, and had three threads on two cores."""
     with transformer.pool:
-        return run.send(reply)
-
-
-_Forward = namedtuple("_Forward", "ids start kv_len mask out_rows shape")
-
-
-def _as_forward(config, ask):
-    """A Pass or CanvasPass as a forward of its own: ids, start, kv_len, mask, the rows (of its
-    B*n) whose logits it needs, and how to give them back as it would get them alone."""
-    if isinstance(ask, Pass):
-        B, n = ask.ids.shape
-        rows = ask.out_rows if ask.out_rows is not None else \
-            (np.arange(B) * n + n - 1 if ask.last_only else np.arange(B * n))
-        return _Forward(ask.ids, ask.start, ask.kv_len, ask.mask, rows, lambda logits: logits)
-    B, L = ask.canvas.shape
-    first, end = canvas_pass(config, ask.start, ask.end)
-    n = end - first
-    if ask.want is not None:
-        rows = (np.arange(B)[:, None] * n + source_rows(config, ask.want, first)).reshape(-1)
-        return _Forward(ask.canvas[:, first:end], first, L, BIDIRECTIONAL, rows,
-                        lambda logits: logits.reshape(B, len(ask.want), -1))
-    return _Forward(ask.canvas[:, first:end], first, L, BIDIRECTIONAL, np.arange(B * n),
-                    lambda logits: canvas_rows(config, logits.reshape(B, n, -1), first, ask.start))
-
-
-def _denoise(config, canvas, given, start, o, mask_id, stop_ids):
-    """The denoiser: yields a Pass or CanvasPass whenever it needs logits (and is sent them back,
-    shaped as Transformer.forward or canvas_logits gives them for its rows), a Step after each step,
-    then the Denoised."""
-    plan_ = plan(np.flatnonzero(~given), o.steps, o.block_size or o.block_length)
-    stop_ids = np.asarray(sorted(stop_ids), np.int64)
-    L = len(canvas)
-    banned = [mask_id] + (stop_ids.tolist() if o.eos == "suppress" else [])
-    rng = np.random.default_rng(o.seed)
-    x = canvas[None].copy()                                          # [B, L]: row 0 is the canvas
-    if o.cfg_scale:                                                  # row 1: nothing given, the unconditional input
-        x = np.stack([canvas, np.where(given, mask_id, canvas)])
-    exact = o.block_size is not None                                 # block diffusion: an exact KV cache
-    passes, commits, saved, t_run = 0, [], 0, time.perf_counter()
-    if exact:                                                        # the prompt, causally, into the cache
-        last = yield Pass(x[:, :start], 0, None, CAUSAL, last_only=True)   # [B, V] its last row
-        passes += 1
-
-    for b, block in enumerate(plan_.blocks):
-        lo, hi = int(block[0]), int(block[-1]) + 1
-        counts = _uniform_counts(len(block), plan_.steps_per_block)
-        for s in range(plan_.steps_per_block):
-            t_step = time.perf_counter()
-            span = (lo, hi) if exact else _span(o.cache, s, lo, hi, L)
-            todo = block[x[0, block] == mask_id]                     # [m] masked positions of the block
-            logits = (yield from _block_logits(config, x, lo, hi, last, todo)) if exact \
-                else (yield CanvasPass(x, *span, want=todo))         # [B, m, V]: only the rows that can change
-            passes += 1
-            tokens, conf, entropy = _predict(logits, o, rng, banned, todo, x[0], x[0] != mask_id)
-            count = _count(o, s, plan_.steps_per_block, counts, len(todo))
-            chosen = _choose(o, conf, entropy, count, rng)
-            if o.gap and count is None:
-                chosen = _apart(chosen, todo, o.gap, L)
-            pick = todo[chosen]
-            x[:, pick] = tokens[chosen]
-            commits.append(len(pick))
-            yield Step(len(commits) - 1, b, x[0].copy(), x[0] != mask_id, np.sort(pick), passes, span,
-                       time.perf_counter() - t_step)
-            if len(pick) == len(todo):
-                break
-        if o.eos == "stop" and _stop_at_eos(x, block, plan_.blocks, stop_ids):
-            saved = (len(plan_.blocks) - b - 1) * plan_.steps_per_block
-            break
-        if exact and b + 1 < len(plan_.blocks):                      # the clean block's K/V, once, causally,
-            last = yield Pass(x[:, lo:hi], lo, None, CAUSAL, last_only=True)  # for the next
-            passes += 1
-
-    out = x[0, start:]
-    if o.eos == "stop":
-        hits = np.flatnonzero(np.isin(out, stop_ids))
-        out = out[:hits[0] + 1] if len(hits) else out
-    yield Denoised(out.tolist(), x[0].copy(), passes, saved, commits, time.perf_counter() - t_run)
-
-
-def block_logits(transformer, x, state, lo, hi, last):
-    """_block_logits with its pass run on transformer and state (the evaluator's and tests' use)."""
-    run = _block_logits(transformer.config, x, lo, hi, last)
-    p = next(run)
-    try:
-        run.send(transformer.forward(p.ids, state, p.start, p.kv_len, p.mask, p.last_only))
-    except StopIteration as done:
-        return done.value
-
-
-def _block_logits(config, x, lo, hi, last, want=None):
-    """Block diffusion: the distributions [B, hi-lo, V] of block lo..hi-1 (of its positions `want`
-    alone: [B, len(want), V], the LM head run on those rows only), which sees the cached clean
-    blocks before it and itself (kv_len = hi), never a later block. For a model whose row i
-    predicts position i+1 (Dream's shift, an AR model read as one) position lo's comes from `last`,
-    the last row of the pass that cached the clean prefix, so no clean position is recomputed."""
-    B = len(x)
-    if want is not None:
-        src = np.asarray(want) - lo - config.shifted_logits          # rows of the block pass; -1: from `last`
-        inner = src[src >= 0]
-        rows = (yield Pass(x[:, lo:hi], lo, hi, BIDIRECTIONAL,
-                           out_rows=(np.arange(B)[:, None] * (hi - lo) + inner).reshape(-1)))
-        rows = rows.reshape(B, len(inner), config.vocab_size)
-        return np.concatenate([last[:, None], rows], axis=1) if len(inner) < len(src) else rows
-    rows = (yield Pass(x[:, lo:hi], lo, hi, BIDIRECTIONAL)).reshape(B, hi - lo, -1)
-    if config.shifted_logits:
-        rows = np.concatenate([last[:, None], rows[:, :-1]], axis=1)
-    return rows
+        return d.take(logits)
 
 
 def _span(cache, s, lo, hi, L):
@@ -628,37 +583,3 @@ def _apart(chosen, positions, gap, L):
             keep.append(i)
             blocked[p - gap:p + gap + 1] = True
     return np.asarray(keep, np.int64)
-
-
-# -- infilling text ---------------------------------------------------------------------------
-
-def parse_holes(tokenizer, text, mask_id, n_ctx):
-    """Text with [MASK]/[MASK*N] holes -> (ids, where the text's ids start, where they end).
-
-    [MASK] is one token, [MASK*N] is N tokens. The text between holes is tokenized piece by piece and
-    never changes, except that one space right before a hole is left to the hole: byte-level BPE
-    spells a word with its leading space (" time"), so "a [MASK]" asks for a word after "a", not for
-    a word after "a ". The tokenizer's mask token written literally in the text is a hole too."""
-    if not isinstance(text, str) or not text:
-        raise UsageError("the text to infill is empty")
-    bad = re.search(r"\[MASK\*(?!\d+\])[^\]]*\]?", text)
-    if bad:
-        raise UsageError(f"malformed hole {show(bad.group(0))} at character {bad.start()}: write [MASK] or "
-                         "[MASK*N]")
-    prefix, suffix = list(tokenizer.prefix_ids), list(tokenizer.suffix_ids)
-    ids, at = list(prefix), 0
-    for hole in HOLE.finditer(text):
-        digits = (hole.group(1) or "1").lstrip("0") or "0"
-        n = int(digits) if len(digits) <= 9 else n_ctx + 1        # (Python refuses to read 4300 digits)
-        if n == 0:
-            raise UsageError(f"empty hole {hole.group(0)} at character {hole.start()}: N must be >= 1")
-        if len(ids) + n > n_ctx:
-            raise UsageError(f"the holes and text exceed the context of {n_ctx} positions")
-        before = text[at:hole.start()]
-        before = before[:-1] if before.endswith(" ") and not before.endswith("  ") else before
-        ids += tokenizer.encode(before, add_special_tokens=False) + [mask_id] * n
-        at = hole.end()
-    ids += tokenizer.encode(text[at:], add_special_tokens=False)
-    if mask_id not in ids:
-        raise UsageError("the text has no hole to fill: mark them with [MASK] or [MASK*N]")
-    return ids + suffix, len(prefix), len(ids)
