@@ -132,7 +132,8 @@ def test_the_block_elbo_estimator_is_unbiased(ar):
     import math
 
     from tinydiff.decoding.diffusion import block_logits
-    from tinydiff.training.evaluate import block_masked_losses, log_softmax
+    from tinydiff.training.likelihood import block_masked_losses
+    from tinydiff.training.sequences import log_softmax
     m = as_block_model(ar)
     t, canvas, first, b = m.transformer, np.array([5, 17, 42, 9, 77, 3, 120]), 2, 3   # blocks [2,5), [5,7)
     exact = 0.0

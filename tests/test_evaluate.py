@@ -1,5 +1,5 @@
-"""`tinydiff eval` (tinydiff/training/evaluate.py): every number checked against a direct computation from
-model.logits on the fixture models, and every bad input one line."""
+"""`tinydiff eval` (tinydiff/training/evaluate.py and its metric modules): every number checked
+against a direct computation from model.logits on the fixture models, and every bad input one line."""
 import argparse
 import itertools
 import json
@@ -14,7 +14,7 @@ import tinydiff
 from tinydiff.engine.masks import BIDIRECTIONAL
 from tinydiff.errors import ModelError, UsageError
 from tinydiff.formats.safetensors import load_checkpoint, save_safetensors
-from tinydiff.training import evaluate
+from tinydiff.training import agreement, evaluate, infill, judge, likelihood, sequences
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 AR = os.path.join(HF, "llama-gqa")
@@ -82,37 +82,37 @@ def test_data_file_is_read_into_the_stories_by_corpus(data):
 
 
 def test_ar_nll_equals_the_direct_computation(ar):
-    r = evaluate.ar_likelihood(ar, STORIES)          # three lengths: one padded batch
+    r = likelihood.ar_likelihood(ar, STORIES)          # three lengths: one padded batch
     seqs = [story_ids(ar, STORIES, k) for k in range(3)]
     assert r.stories == 3 and r.tokens == sum(len(ids) - first for ids, first in seqs)
     assert r.nats == pytest.approx(sum(nll_by_hand(ar, ids, first) for ids, first in seqs), rel=1e-5)
     assert r.nats_per_token == pytest.approx(r.nats / r.tokens)
-    first_two = evaluate.ar_likelihood(ar, STORIES, limit=2)   # story 0 keeps the file's last story as context
+    first_two = likelihood.ar_likelihood(ar, STORIES, limit=2)   # story 0 keeps the file's last story as context
     assert first_two.nats == pytest.approx(sum(nll_by_hand(ar, ids, first) for ids, first in seqs[:2]), rel=1e-5)
 
 
 def test_a_story_is_given_the_previous_storys_tail_and_an_end_of_text(ar):
     long = "Once upon a time there was a big dog. " * 10
-    seqs = evaluate.story_seqs(ar, [long, "The end."])
-    tail = encode(ar, long)[-evaluate.PREV_CONTEXT:]
+    seqs = sequences.story_seqs(ar, [long, "The end."])
+    tail = encode(ar, long)[-sequences.PREV_CONTEXT:]
     assert seqs[1].ids.tolist() == tail + [EOT] + encode(ar, "The end.") + [EOT]
     assert seqs[1].first == len(tail) + 1 == 65
     assert seqs[0].ids[:seqs[0].first].tolist() == encode(ar, "The end.") + [EOT]
-    only = evaluate.story_seqs(ar, ["The end."])[0]
+    only = sequences.story_seqs(ar, ["The end."])[0]
     assert only.ids.tolist() == [EOT] + encode(ar, "The end.") + [EOT] and only.first == 1
 
 
 def test_bits_per_byte_counts_utf8_bytes_and_one_per_end_of_text(ar):
-    r = evaluate.ar_likelihood(ar, STORIES[2:])
+    r = likelihood.ar_likelihood(ar, STORIES[2:])
     assert r.bytes == len(STORIES[2].encode("utf-8")) + 1 > len(STORIES[2]) + 1     # é ï û “ ” — are 2-3 bytes
     assert r.bits_per_byte == pytest.approx(r.nats / math.log(2) / r.bytes)
 
 
 def test_windows_score_every_token_once_with_half_a_context_before_it():
-    assert evaluate.windows(10, 1, 16) == [(0, 1, 10)]
-    assert evaluate.windows(300, 1, 256) == [(0, 1, 256), (128, 256, 300)]
+    assert sequences.windows(10, 1, 16) == [(0, 1, 10)]
+    assert sequences.windows(300, 1, 256) == [(0, 1, 256), (128, 256, 300)]
     for n, first, ctx in itertools.product([5, 17, 64, 65, 200], [1, 3], [4, 7, 16, 64]):
-        w = evaluate.windows(n, first, ctx)
+        w = sequences.windows(n, first, ctx)
         assert [f for _, f, _ in w] == [first] + [e for _, _, e in w[:-1]] and w[-1][2] == n
         for a, f, e in w:
             assert 0 <= a < f < e <= n and e - a <= ctx
@@ -129,7 +129,7 @@ def test_a_story_longer_than_the_context_is_scored_in_sliding_windows(ar):
     second = -log_probs(ar.logits(ids[ctx // 2:n - 1]))
     expected = (sum(first[i - 1, ids[i]] for i in range(1, ctx))
                 + sum(second[i - 1 - ctx // 2, ids[i]] for i in range(ctx, n)))
-    r = evaluate.ar_likelihood(ar, [story])
+    r = likelihood.ar_likelihood(ar, [story])
     assert r.tokens == n - 1
     assert r.nats == pytest.approx(expected, rel=1e-5)
 
@@ -138,8 +138,8 @@ def test_standard_error_over_stories(ar):
     nats, tokens = np.array([10.0, 30.0, 20.0]), np.array([10, 10, 20])
     r = 60 / 40
     expected = math.sqrt(((nats - r * tokens) ** 2).sum() * 3 / 2) / 40
-    assert evaluate.ratio_se(nats, tokens) == pytest.approx(expected)
-    assert math.isnan(evaluate.ratio_se(nats[:1], tokens[:1]))
+    assert likelihood.ratio_se(nats, tokens) == pytest.approx(expected)
+    assert math.isnan(likelihood.ratio_se(nats[:1], tokens[:1]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,7 +163,7 @@ def exact_elbo(model, canvas, first):
 def test_stratified_count_estimator_is_unbiased_on_a_three_token_sequence(mdm):
     canvas = np.array([EOT, 100, 200, 300])
     exact, _ = exact_elbo(mdm, canvas, 1)
-    losses = evaluate.masked_losses(mdm.transformer, canvas, 1, 3000, MASK, np.random.default_rng(0))
+    losses = likelihood.masked_losses(mdm.transformer, canvas, 1, 3000, MASK, np.random.default_rng(0))
     se = losses.std() / math.sqrt(len(losses))       # iid formula: overstates stratified noise
     assert abs(losses.mean() - exact) < 4 * se
     assert se < 0.02 * exact
@@ -190,7 +190,7 @@ def test_estimator_is_unbiased_when_the_loss_depends_on_the_mask_count():
     model, canvas = VisibleCounter(), np.array([EOT, 1, 1, 1])
     exact, losses = exact_elbo(model, canvas, 1)
     assert losses[(1,)] < 0.1 < 1.3 < losses[(1, 2, 3)] / 3      # one mask vs all masked, per token
-    est = evaluate.masked_losses(model, canvas, 1, 3000, MASK, np.random.default_rng(0))
+    est = likelihood.masked_losses(model, canvas, 1, 3000, MASK, np.random.default_rng(0))
     assert est.mean() == pytest.approx(exact, rel=2e-3)
 
 
@@ -210,7 +210,7 @@ def test_one_pass_masks_stratified_uniform_counts_of_the_scored_positions_only(m
     real = mdm.transformer.canvas_logits
     monkeypatch.setattr(mdm.transformer, "canvas_logits", lambda x, *a: seen.append(x.copy()) or real(x, *a))
     canvas = np.arange(10, 30)
-    evaluate.masked_losses(mdm.transformer, canvas, 5, 30, MASK, np.random.default_rng(1))
+    likelihood.masked_losses(mdm.transformer, canvas, 5, 30, MASK, np.random.default_rng(1))
     x = seen[0]                                       # [K, L]: all K = 30 copies in one pass
     assert x.shape == (30, 20)
     assert (x[:, :5] == canvas[:5]).all() and ((x == MASK) | (x == canvas)).all()
@@ -219,17 +219,17 @@ def test_one_pass_masks_stratified_uniform_counts_of_the_scored_positions_only(m
 
 
 def test_monte_carlo_error_shrinks_with_more_draws(mdm):
-    few = evaluate.mdm_likelihood(mdm, STORIES, k=4, seed=0)
-    many = evaluate.mdm_likelihood(mdm, STORIES, k=64, seed=0)
+    few = likelihood.mdm_likelihood(mdm, STORIES, k=4, seed=0)
+    many = likelihood.mdm_likelihood(mdm, STORIES, k=64, seed=0)
     assert many.mc_se < 0.5 * few.mc_se
     seqs = [story_ids(mdm, STORIES, k) for k in range(3)]
     assert few.tokens == many.tokens == sum(len(ids) - first for ids, first in seqs)
-    assert few.bytes == many.bytes == evaluate.ar_likelihood(tinydiff.load(AR), STORIES).bytes
+    assert few.bytes == many.bytes == likelihood.ar_likelihood(tinydiff.load(AR), STORIES).bytes
     assert many.nats_per_token == pytest.approx(few.nats_per_token, abs=4 * few.mc_se)
 
 
 def test_mdm_eval_is_deterministic_given_the_seed(mdm):
-    a, b = (evaluate.mdm_likelihood(mdm, STORIES[:1], k=4, seed=3) for _ in range(2))
+    a, b = (likelihood.mdm_likelihood(mdm, STORIES[:1], k=4, seed=3) for _ in range(2))
     assert a.nats == b.nats
 
 
@@ -237,14 +237,14 @@ def test_mdm_eval_is_deterministic_given_the_seed(mdm):
 # --against
 
 def test_kl_of_a_model_against_itself_is_zero_and_top1_agrees(ar):
-    d = evaluate.against(ar, ar, STORIES).as_dict()
+    d = agreement.against(ar, ar, STORIES).as_dict()
     assert d["kl_mean"] == 0 and d["kl_max"] == 0 and d["top1_agreement"] == 1
     assert d["model_nats_per_token"] == d["ref_nats_per_token"]
 
 
 def test_kl_against_another_model_equals_the_direct_computation(ar):
     other = tinydiff.load(OTHER)
-    r = evaluate.against(ar, other, STORIES[:1])
+    r = agreement.against(ar, other, STORIES[:1])
     ids, _ = story_ids(ar, STORIES[:1], 0)
     lp, lq = log_probs(ar.logits(ids[:-1])), log_probs(other.logits(ids[:-1]))
     kl = (np.exp(lq) * (lq - lp)).sum(1)
@@ -258,76 +258,76 @@ def test_kl_against_another_model_equals_the_direct_computation(ar):
 # --judge
 
 def test_unigram_entropy(mdm, ar):
-    assert evaluate.unigram_entropy([5] * 20) == 0.0
-    assert evaluate.unigram_entropy([1, 2]) == 1.0
-    assert evaluate.unigram_entropy([1, 2, 3, 4, 1, 2, 3, 4]) == 2.0
-    repetitive = evaluate.Seq(np.array([5, 6] + [7] * 30 + [EOT]), 2)     # "the the the ..." then EOS
-    row = evaluate.judge_row(mdm, ar, [repetitive], {})
+    assert judge.unigram_entropy([5] * 20) == 0.0
+    assert judge.unigram_entropy([1, 2]) == 1.0
+    assert judge.unigram_entropy([1, 2, 3, 4, 1, 2, 3, 4]) == 2.0
+    repetitive = sequences.Seq(np.array([5, 6] + [7] * 30 + [EOT]), 2)     # "the the the ..." then EOS
+    row = judge.judge_row(mdm, ar, [repetitive], {})
     assert row.entropy == 0.0 and row.tokens == 31
     assert row.repeats == pytest.approx(26 / 27)                         # 27 4-grams of 7s, all but one seen
 
 
 def test_repeated_ngrams():
-    assert evaluate.repeated_ngrams([1, 2, 3, 4, 5, 6]) == 0.0 and evaluate.repeated_ngrams([1, 2, 3]) == 0.0
-    assert evaluate.repeated_ngrams([1, 2, 3, 4, 1, 2, 3, 4]) == pytest.approx(1 / 5)   # (1,2,3,4) again
-    assert evaluate.repeated_ngrams([1, 2, 1, 2, 1, 2], n=2) == pytest.approx(3 / 5)
+    assert judge.repeated_ngrams([1, 2, 3, 4, 5, 6]) == 0.0 and judge.repeated_ngrams([1, 2, 3]) == 0.0
+    assert judge.repeated_ngrams([1, 2, 3, 4, 1, 2, 3, 4]) == pytest.approx(1 / 5)   # (1,2,3,4) again
+    assert judge.repeated_ngrams([1, 2, 1, 2, 1, 2], n=2) == pytest.approx(3 / 5)
 
 
 def test_judge_perplexity_is_exp_of_the_mean_nll_by_hand(mdm, ar):
-    rows = evaluate.generative_perplexity(mdm, ar, 3, 8, steps=[4, 8], thresholds=[None, 0.5], temps=[1.0],
+    rows = judge.generative_perplexity(mdm, ar, 3, 8, steps=[4, 8], thresholds=[None, 0.5], temps=[1.0],
                                           seed=7)
     assert [(r.setting["steps"], r.setting["threshold"]) for r in rows] == [(4, None), (4, 0.5), (8, None), (8, 0.5)]
     for r in rows:
         nats = tokens = 0
         for i, s in enumerate(r.samples):
-            prompt = encode(mdm, evaluate.OPENINGS[i])
+            prompt = encode(mdm, judge.OPENINGS[i])
             assert s.ids[:s.first].tolist() == prompt and 1 <= len(s.ids) - s.first <= 8
             nats += nll_by_hand(ar, s.ids.tolist(), s.first)
             tokens += len(s.ids) - s.first
         assert r.tokens == tokens
         assert r.perplexity == pytest.approx(math.exp(nats / tokens), rel=1e-5)
         gen = [[t for t in s.ids[s.first:] if t != EOT] for s in r.samples]
-        assert r.entropy == pytest.approx(np.mean([evaluate.unigram_entropy(g) if g else 0 for g in gen]))
+        assert r.entropy == pytest.approx(np.mean([judge.unigram_entropy(g) if g else 0 for g in gen]))
     assert rows[0].passes == 4 and rows[2].passes == 8       # one pass per step without a threshold
 
 
 def test_samples_from_nothing(mdm, ar):
     """--from-nothing: a bidirectional model fills an all-mask canvas, a causal one continues the
     end-of-text; each sample is scored after an end-of-text."""
-    samples, passes = evaluate.from_nothing(mdm, 2, 6, seed=3, temperature=1.0)
+    samples, passes = judge.from_nothing(mdm, 2, 6, seed=3, temperature=1.0)
     assert passes == 6 and all(s.first == 1 and s.ids[0] == EOT and len(s.ids) == 7 for s in samples)
     assert all(MASK not in s.ids[1:] for s in samples)
     assert samples[1].ids[1:].tolist() == mdm.infill([MASK] * 6, seed=4, temperature=1.0)
-    samples, _ = evaluate.from_nothing(ar, 2, 6, seed=3, temperature=1.0)
+    samples, _ = judge.from_nothing(ar, 2, 6, seed=3, temperature=1.0)
     want = ar.generate_ids([EOT], 6, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=4)
     assert samples[1].ids.tolist() == [EOT] + want
-    rows = evaluate.generative_perplexity(ar, ar, 2, 6, temps=[1.0], seed=3, nothing=True)
+    rows = judge.generative_perplexity(ar, ar, 2, 6, temps=[1.0], seed=3, nothing=True)
     assert rows[0].tokens == sum(len(s.ids) - 1 for s in samples)
 
 
 def test_judged_samples_take_the_repetition_penalty(mdm, ar):
     """The penalty reaches every sample: each equals the same run of the model with it, and (the
     tiny fixtures loop) the penalised samples differ from the plain ones."""
-    rows = [evaluate.generative_perplexity(mdm, ar, 2, 8, temps=[0.0], seed=3, repeat_penalty=rp)[0] for rp in (1, 3)]
+    rows = [judge.generative_perplexity(mdm, ar, 2, 8, temps=[0.0], seed=3, repeat_penalty=rp)[0] for rp in (1, 3)]
     for i, s in enumerate(rows[1].samples):
-        want = mdm.denoise_ids(encode(mdm, evaluate.OPENINGS[i]), 8, temperature=0.0, seed=3 + i, repeat_penalty=3)
+        want = mdm.denoise_ids(encode(mdm, judge.OPENINGS[i]), 8, temperature=0.0, seed=3 + i, repeat_penalty=3)
         assert s.ids[s.first:].tolist() == want
     assert [s.ids.tolist() for s in rows[0].samples] != [s.ids.tolist() for s in rows[1].samples]
-    nothing = evaluate.generative_perplexity(ar, ar, 1, 6, temps=[0.0], seed=3, nothing=True, repeat_penalty=3)[0]
+    nothing = judge.generative_perplexity(ar, ar, 1, 6, temps=[0.0], seed=3, nothing=True, repeat_penalty=3)[0]
     assert nothing.samples[0].ids.tolist() == [EOT] + ar.generate_ids([EOT], 6, temperature=0.0, repeat_penalty=3,
                                                                       repeat_last_n=64)
 
 
 def test_judged_samples_take_the_gap_on_the_rows_with_a_rule(mdm, ar):
-    plain, spaced = evaluate.generative_perplexity(mdm, ar, 2, 8, thresholds=[None, 0.2], temps=[1.0], seed=3, gap=2)
+    plain, spaced = judge.generative_perplexity(mdm, ar, 2, 8, thresholds=[None, 0.2], temps=[1.0], seed=3, gap=2)
     for i, (a, b) in enumerate(zip(plain.samples, spaced.samples)):
-        prompt = encode(mdm, evaluate.OPENINGS[i])
+        prompt = encode(mdm, judge.OPENINGS[i])
         assert a.ids[a.first:].tolist() == mdm.denoise_ids(prompt, 8, temperature=1.0, seed=3 + i)
         assert b.ids[b.first:].tolist() == mdm.denoise_ids(prompt, 8, temperature=1.0, seed=3 + i, threshold=0.2, gap=2)
 
 
 def test_reference_row_scores_the_held_out_story_starts(mdm, ar):
-    r = evaluate.reference_row(mdm, ar, STORIES, 5)
+    r = judge.reference_row(mdm, ar, STORIES, 5)
     ids = [(encode(mdm, s) + [EOT])[:4 + 5] for s in STORIES]
     assert r.tokens == 15
     assert r.perplexity == pytest.approx(math.exp(sum(nll_by_hand(ar, i, 4) for i in ids) / 15), rel=1e-5)
@@ -344,7 +344,7 @@ def test_infill_by_hand():
              "Tom had a big red ball. He liked to play with it in the park."]
     for model in (tinydiff.load("stories5m-ar"), tinydiff.load("stories5m-mdm")):
         EOT, MASK = 2046, 2047                               # the shipped tokenizer's
-        holes, correct = evaluate.infill_accuracy(model, texts, 0.3, seed=5)
+        holes, correct = infill.infill_accuracy(model, texts, 0.3, seed=5)
         want_holes = want_correct = 0
         for i, text in enumerate(texts):
             ids = np.array([EOT] + encode(model, text))
@@ -390,7 +390,7 @@ def run(*argv):
 def test_kneser_ney_bigram_is_a_distribution_in_every_context():
     train = np.array([0, 1, 2, 1, 2, 3, 0, 1, 3, 0], np.int64)
     V = 6                                                   # tokens 4 and 5 never occur; context 5 never seen
-    prob = evaluate.kneser_ney_bigram(train, V)
+    prob = likelihood.kneser_ney_bigram(train, V)
     w = np.arange(V)
     for v in range(V):
         p = prob(np.full(V, v), w)
@@ -401,8 +401,8 @@ def test_kneser_ney_bigram_is_a_distribution_in_every_context():
 
 
 def test_bigram_baseline_scores_the_same_tokens_and_bytes_as_the_model(ar, data, capsys):
-    base = evaluate.bigram_likelihood(ar, STORIES, STORIES)
-    exact = evaluate.ar_likelihood(ar, STORIES)
+    base = likelihood.bigram_likelihood(ar, STORIES, STORIES)
+    exact = likelihood.ar_likelihood(ar, STORIES)
     assert (base.tokens, base.bytes) == (exact.tokens, exact.bytes)
     # counted on the very stories it scores, the bigram knows them far better than a random model
     assert base.nats_per_token < exact.nats_per_token
@@ -418,7 +418,7 @@ def test_command_ar_report_and_json(data, capsys):
     run("-m", AR, "--data", data, "--json", "--max-stories", 2, "--unit", "story")
     d = json.loads(capsys.readouterr().out)
     assert d["stories"] == d["first_stories"] == 2 and d["bound"] == "exact NLL" and d["unit"] == "story"
-    assert d["nats"] == pytest.approx(evaluate.ar_likelihood(tinydiff.load(AR), STORIES, 2).nats)
+    assert d["nats"] == pytest.approx(likelihood.ar_likelihood(tinydiff.load(AR), STORIES, 2).nats)
 
 
 def test_paragraphs_are_scored_each_alone_after_an_end_of_text(ar, data, capsys):
@@ -426,11 +426,11 @@ def test_paragraphs_are_scored_each_alone_after_an_end_of_text(ar, data, capsys)
     end-of-text scored after a paragraph and no byte counted for one."""
     paragraphs = ["Once upon a time, a cat sat on the mat.", "Tom had a big red ball. He liked it.", "The end.",
                   STORIES[2]]
-    seqs = evaluate.story_seqs(ar, paragraphs, unit="paragraph")
+    seqs = sequences.story_seqs(ar, paragraphs, unit="paragraph")
     assert [s.first for s in seqs] == [1] * 4 and all(s.ids[0] == EOT and EOT not in s.ids[1:] for s in seqs)
-    r = evaluate.ar_likelihood(ar, paragraphs, unit="paragraph")
+    r = likelihood.ar_likelihood(ar, paragraphs, unit="paragraph")
     assert r.bytes == sum(len(p.encode()) for p in paragraphs) and r.stories == 4
-    alone = [evaluate.ar_likelihood(ar, [p], unit="paragraph").nats for p in paragraphs]
+    alone = [likelihood.ar_likelihood(ar, [p], unit="paragraph").nats for p in paragraphs]
     assert r.nats == pytest.approx(sum(alone))                   # no paragraph sees another
     run("-m", AR, "--data", data, "--json")
     d = json.loads(capsys.readouterr().out)

@@ -1,7 +1,7 @@
-"""The corpus reader (tinydiff/training/corpus.py) and the trainer (tinydiff/training/train.py) on a tiny config:
-the loss falls, a resumed run equals an uninterrupted one, the export reads back with the right
-tensor names and shapes, the mdm mask rate is t, the block objective predicts what block decoding
-computes. Trainer tests need torch."""
+"""The corpus reader (tinydiff/training/corpus.py) and the trainer (tinydiff/training/train.py and its
+parts: settings, data, losses, torch_llama) on a tiny config: the loss falls, a resumed run equals
+an uninterrupted one, the export reads back with the right tensor names and shapes, the mdm mask
+rate is t, the block objective predicts what block decoding computes. Trainer tests need torch."""
 import csv
 import json
 import os
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from tinydiff.errors import UsageError
-from tinydiff.training import corpus, train
+from tinydiff.training import corpus, losses, train
+from tinydiff.training import data as train_data
+from tinydiff.training import settings as train_settings
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "tinystories")
 WORDS = ("Once upon a time there was a little girl named Lily . She loved to play with her big red "
@@ -105,7 +107,7 @@ def run(data, out, *extra, objective="ar"):
             "--tokens", "3840", "--eval-every", "10", "--eval-tokens", "512", "--threads", "1",
             "--export-dtype", "f32", *extra]
     p = __import__("argparse").ArgumentParser()
-    train.add_train_arguments(p)
+    train_settings.add_train_arguments(p)
     return train.run_train(p.parse_args(argv))
 
 
@@ -218,7 +220,7 @@ def test_mdm_run_and_config(data, tmp_path):
 def test_mlm15_corrupts_as_bert_does():
     torch = pytest.importorskip("torch")
     x = torch.randint(0, 50, (64, 1000), generator=torch.Generator().manual_seed(0))
-    xm, chosen = train.mlm_corrupt(torch, x, 99, 50, torch.Generator().manual_seed(1))
+    xm, chosen = losses.mlm_corrupt(torch, x, 99, 50, torch.Generator().manual_seed(1))
     n = chosen.sum().item()
     assert abs(n / x.numel() - 0.15) < 0.005
     masked, changed = (xm == 99) & chosen, (xm != x) & (xm != 99) & chosen
@@ -240,24 +242,24 @@ def test_mdm_mask_rate():
     torch = pytest.importorskip("torch")
     x = torch.zeros((3, 20000), dtype=torch.int64)
     t = torch.tensor([0.1, 0.5, 0.9])
-    xm, m = train.mdm_mask(torch, x, t, 7, torch.Generator().manual_seed(0))
+    xm, m = losses.mdm_mask(torch, x, t, 7, torch.Generator().manual_seed(0))
     assert torch.equal(xm == 7, m)
     assert torch.allclose(m.double().mean(1), t.double(), atol=0.01)
 
 
 def test_mask_rates_cover_the_range():
     torch = pytest.importorskip("torch")
-    t = train.mask_rates(torch, 8, torch.Generator().manual_seed(1)).sort().values
-    assert t.min() >= train.MDM_EPS and t.max() < 1
-    assert torch.allclose(t[1:] - t[:-1], torch.full((7,), (1 - train.MDM_EPS) / 8), atol=1e-6)
+    t = losses.mask_rates(torch, 8, torch.Generator().manual_seed(1)).sort().values
+    assert t.min() >= losses.MDM_EPS and t.max() < 1
+    assert torch.allclose(t[1:] - t[:-1], torch.full((7,), (1 - losses.MDM_EPS) / 8), atol=1e-6)
 
 
 def test_pack_epoch_starts_at_story_starts():
     stories = [np.arange(100 * i, 100 * i + n) for i, n in enumerate([5, 12, 3, 30, 7, 9])]
-    seqs = train.pack_epoch(stories, 10, seed=0, epoch=0)
+    seqs = train_data.pack_epoch(stories, 10, seed=0, epoch=0)
     starts = {int(s[0]) for s in stories}
     assert seqs.shape[1] == 10 and all(int(row[0]) in starts for row in seqs)
-    assert not np.array_equal(seqs, train.pack_epoch(stories, 10, seed=0, epoch=1))
+    assert not np.array_equal(seqs, train_data.pack_epoch(stories, 10, seed=0, epoch=1))
 
 
 def test_pack_epoch_paragraph_starts():
@@ -265,9 +267,9 @@ def test_pack_epoch_paragraph_starts():
     starts at its start), still packed whole from there; 0 packs as before."""
     NL, EOT_ = 99, 98
     stories = [np.array([1, 2, NL, 3, 4, NL, 5, EOT_]), np.array([6, 7, EOT_]), np.array([8, NL, 9, 9, 9, EOT_])]
-    plain = train.pack_epoch(stories, 4, seed=0, epoch=0)
-    assert np.array_equal(plain, train.pack_epoch(stories, 4, seed=0, epoch=0, paragraph_starts=0.0, newline=NL))
-    cut = train.pack_epoch(stories, 4, seed=0, epoch=0, paragraph_starts=0.999999, newline=NL).ravel().tolist()
+    plain = train_data.pack_epoch(stories, 4, seed=0, epoch=0)
+    assert np.array_equal(plain, train_data.pack_epoch(stories, 4, seed=0, epoch=0, paragraph_starts=0.0, newline=NL))
+    cut = train_data.pack_epoch(stories, 4, seed=0, epoch=0, paragraph_starts=0.999999, newline=NL).ravel().tolist()
     heads = {(3, 4, NL, 5, EOT_), (5, EOT_), (6, 7, EOT_), (9, 9, 9, EOT_)}
     pieces, piece = [], []
     for t in cut:                                           # the packed stream back into its stories
@@ -285,12 +287,13 @@ def test_pack_epoch_unit_ends():
     NL, EOT_ = 99, 98
     stories = [np.array([1, 2, NL, 3, 4, NL, 5, EOT_]), np.array([6, 7, EOT_]), np.array([8, NL, 9, 9, 9, EOT_]),
                np.array([10, 11, 12, NL, 13, EOT_])]
-    plain = train.pack_epoch(stories, 4, seed=0, epoch=0)
-    assert np.array_equal(plain, train.pack_epoch(stories, 4, seed=0, epoch=0, newline=NL, unit_ends=0.0, eot=EOT_))
+    plain = train_data.pack_epoch(stories, 4, seed=0, epoch=0)
+    assert np.array_equal(plain, train_data.pack_epoch(stories, 4, seed=0, epoch=0, newline=NL, unit_ends=0.0,
+                                                       eot=EOT_))
     for epoch in range(5):
         order = np.random.default_rng([0, epoch]).permutation(len(stories))
         stream = np.concatenate([stories[i] for i in order]).tolist()
-        rows = train.pack_epoch(stories, 4, seed=0, epoch=epoch, newline=NL, unit_ends=0.999999, eot=EOT_)
+        rows = train_data.pack_epoch(stories, 4, seed=0, epoch=epoch, newline=NL, unit_ends=0.999999, eot=EOT_)
         assert len(rows) == len(plain)
         for row in rows.tolist():
             at = [i for i in range(len(stream) - 3) if stream[i:i + 4] == row]
@@ -312,10 +315,10 @@ def test_unit_ends_run_records_it_and_a_resume_must_keep_it(data, tmp_path):
 def test_unit_end_positions_and_val_windows():
     NL, EOT_ = 99, 98
     stream = np.array([1, 2, NL, 3, 4, EOT_, 5, NL, NL, 6, 7, 8, EOT_, 9, 10, 11, 12, 13, 14, EOT_])
-    ends = train.unit_end_positions(stream, EOT_, NL)
+    ends = train_data.unit_end_positions(stream, EOT_, NL)
     assert ends.tolist() == [1, 5, 6, 12, 19]
-    assert np.array_equal(train.val_windows(stream, 5, 20), stream[:20].reshape(4, 5))
-    w = train.val_windows(stream, 5, 20, unit_ends=0.5, eot=EOT_, newline=NL)
+    assert np.array_equal(train_data.val_windows(stream, 5, 20), stream[:20].reshape(4, 5))
+    w = train_data.val_windows(stream, 5, 20, unit_ends=0.5, eot=EOT_, newline=NL)
     # windows 1 and 3 of 0..3 move back to the last unit end inside them; 0 and 2 stay
     assert w.tolist() == [stream[0:5].tolist(), stream[2:7].tolist(), stream[10:15].tolist(), stream[15:20].tolist()]
 
@@ -374,7 +377,7 @@ def test_resume_takes_objective_and_data_from_the_run(data, tmp_path):
     without --resume they are required, in one line."""
     pytest.importorskip("torch")
     p = __import__("argparse").ArgumentParser()
-    train.add_train_arguments(p)
+    train_settings.add_train_arguments(p)
     with pytest.raises(UsageError, match="--data is required"):
         train.run_train(p.parse_args(["--objective", "ar", "--val", data[1], "--out", str(tmp_path / "y")]))
     assert not (tmp_path / "y").exists()
@@ -429,7 +432,7 @@ def test_the_block_objective_predicts_as_block_decoding_does(block_run):
     xt[0, lo:lo + b] = cfg["mask_token_id"]
     pos = torch.arange(L)
     with torch.no_grad():
-        h = net.hidden(torch.cat([xt, x], dim=1), train.block_attention(torch, L, b), torch.cat([pos, pos]))
+        h = net.hidden(torch.cat([xt, x], dim=1), losses.block_attention(torch, L, b), torch.cat([pos, pos]))
         src = torch.where(pos % b == 0, L + pos - 1, pos - 1)[lo:lo + b]
         want = net.logits(h[0, src]).numpy()                                  # [b, V]
     t = tinydiff.load(folder).transformer
@@ -472,7 +475,8 @@ def test_curves_put_runs_on_one_axis_in_epochs_and_bits_per_byte(data, ar_run, t
     run(data, tmp_path / "bert", "--tokens", "1280", objective="mlm15")
     enc = __import__("tinydiff.formats.bpe", fromlist=["BPE"]).BPE(json.load(open(ar_run / "tokenizer.json")))
     train_tokens = sum(len(enc.encode(s)) + 1 for s in corpus.load_stories([data[0]]))
-    windows = train.val_windows(np.array(enc.encode(train.EOT.join(corpus.load_stories([data[1]])) + train.EOT)), 32, 512)
+    eot = train_data.EOT
+    windows = train_data.val_windows(np.array(enc.encode(eot.join(corpus.load_stories([data[1]])) + eot)), 32, 512)
     bpt = len(enc.decode(windows.ravel().tolist()).encode()) / windows.size
     rows = log_rows(ar_run)
     want = [(int(r["tokens"]) / train_tokens, float(r["val_loss"]) / np.log(2) / bpt) for r in rows]
@@ -526,7 +530,7 @@ def handmade_run(data, out, objective="mdm"):
     settings = {"objective": objective, "data": [data[0]], "val": data[1], "seq_len": 32, "eval_tokens": 512,
                 "unit_ends": 0.0, "init": None}
     (out / "args.json").write_text(json.dumps(settings))
-    bpe.save_tokenizer_json(bpe.train_bpe(corpus.load_stories([data[0]]), 300, [train.EOT, train.MASK]),
+    bpe.save_tokenizer_json(bpe.train_bpe(corpus.load_stories([data[0]]), 300, [train_data.EOT, train_data.MASK]),
                             out / "tokenizer.json")
     (out / "log.csv").write_text("step,tokens,lr,train_loss,val_loss,elapsed_s\n0,0,0.001,,5.5,1\n"
                                  "10,1280,0.01,4.0,3.5,2\n20,2560,0.01,3.0,3.0,3\n", encoding="utf-8")
@@ -548,7 +552,7 @@ def write(name, content):
 
 def tokenizer_without_mask(out):
     obj = json.loads((out / "tokenizer.json").read_text())
-    obj["added_tokens"] = [t for t in obj["added_tokens"] if t["content"] != train.MASK]
+    obj["added_tokens"] = [t for t in obj["added_tokens"] if t["content"] != train_data.MASK]
     (out / "tokenizer.json").write_text(json.dumps(obj))
 
 
@@ -654,10 +658,10 @@ def test_a_refused_force_keeps_the_old_run(data, tmp_path, monkeypatch):
 
 def test_block_size_defaults_to_8_for_the_block_objective_only(data, tmp_path):
     p = __import__("argparse").ArgumentParser()
-    train.add_train_arguments(p)
+    train_settings.add_train_arguments(p)
     base = ["--data", data[0], "--val", data[1], "--out", str(tmp_path / "run")]
-    assert train.settle_settings(p.parse_args([*base, "--objective", "block"])).block_size == 8
-    assert train.settle_settings(p.parse_args([*base, "--objective", "ar"])).block_size is None
+    assert train_settings.settle_settings(p.parse_args([*base, "--objective", "block"])).block_size == 8
+    assert train_settings.settle_settings(p.parse_args([*base, "--objective", "ar"])).block_size is None
     assert not (tmp_path / "run").exists()
 
 

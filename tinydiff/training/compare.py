@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..engine.ledger import Ledger
 from ..errors import UsageError
 from ..measure.roofline import predict_seconds
-from .evaluate import JudgeRow, continuations, judge_row
+from .judge import JudgeRow, continuations, judge_row
 
 
 @dataclass

@@ -21,6 +21,7 @@ import os
 from ..errors import ModelError, UsageError, is_integer, is_number
 from ..formats import bpe
 from . import corpus
+from . import data as trainer  # the trainer's own reading of its data
 
 COLORS = ("#1f5fa8", "#b3261e", "#2e7d32", "#8e24aa", "#ef6c00", "#546e7a", "#6d4c41", "#00838f")
 
@@ -48,13 +49,12 @@ def run_curve(out):
     if not rows:
         raise UsageError(f"{out}: log.csv holds no validation loss yet")
     before = _tokens_before(settings, out)
-    from . import train  # the trainer's own reading of its data
     enc = _read_tokenizer(os.path.join(out, "tokenizer.json"))
-    train_ids, val_ids = train.encode_data(enc, corpus.load_stories(settings["data"]),
-                                           corpus.load_stories([settings["val"]]))
+    train_ids, val_ids = trainer.encode_data(enc, corpus.load_stories(settings["data"]),
+                                             corpus.load_stories([settings["val"]]))
     train_tokens = sum(map(len, train_ids))
-    windows = train.val_windows(val_ids, settings["seq_len"], settings["eval_tokens"],
-                                settings.get("unit_ends") or 0.0, enc.specials[train.EOT], train.newline_id(enc))
+    windows = trainer.val_windows(val_ids, settings["seq_len"], settings["eval_tokens"],
+                                  settings.get("unit_ends") or 0.0, enc.specials[trainer.EOT], trainer.newline_id(enc))
     bytes_per_token = len(enc.decode(windows.ravel().tolist()).encode("utf-8")) / windows.size
     return [((before + tokens) / train_tokens, val / math.log(2) / bytes_per_token) for tokens, val in rows]
 
@@ -87,9 +87,8 @@ def _check_init(settings, path):
 
 def _read_tokenizer(path):
     """bpe.BPE of the run's tokenizer.json, checked first for what BPE reads."""
-    from .train import tokenizer_problem
     obj = _read_json(path)
-    problem = tokenizer_problem(obj)
+    problem = trainer.tokenizer_problem(obj)
     if problem:
         raise ModelError(f"{path}: {problem}")
     return bpe.BPE(obj)
