@@ -5,6 +5,7 @@ committed per pass, FLOPs and bytes per pass and per generated token (from the L
 itself), arithmetic intensity against the machine's balance, the time the roofline predicts
 (each pass at max(FLOPs / peak, bytes / bandwidth)), the time measured, and their ratio.
 """
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -41,6 +42,32 @@ def measure(label, roofline, generate):
         seconds = time.perf_counter() - t0
     predicted = sum(predict_seconds(p["flops"], sum(p["bytes"].values()), roofline) for p in led.passes)
     return Run(label, len(ids), led.passes, led.sampling["flops"], seconds, predicted)
+
+
+def cost_runs(ar, dm, prompt, n_predict, options, weight_types, roofline):
+    """The runs of `tinydiff cost`, for each weight type (None: as loaded): greedy AR decoding (unless
+    ar is None), then each diffusion setting of dm (for a type named, only the first)."""
+    runs = []
+    for wtype in weight_types:
+        prefix = f"{wtype} " if wtype else ""
+        if ar is not None:
+            m = stored_as(ar, wtype)
+            ids = m.encode_prompt(prompt)
+            runs.append(measure(prefix + "autoregressive, greedy", roofline,
+                                lambda m=m, ids=ids: m.generate_ids(ids, n_predict, temperature=0)))
+        m = stored_as(dm, wtype)
+        ids = m.encode_prompt(prompt)
+        for setting in diffusion_settings(n_predict, options)[:1 if wtype else None]:
+            runs.append(measure(prefix + describe(setting), roofline,
+                                lambda s=setting, m=m, ids=ids: m.denoise_ids(ids, n_predict, **{"eos": "keep", **s})))
+    return runs
+
+
+def bidirectional_twin(ar):
+    """The AR model's weights read bidirectionally, its last token id the mask: a diffusion pass of
+    its shape, whose costs are real (they depend on the shape alone) but whose commits are not."""
+    return type(ar)(dataclasses.replace(ar.config, causal=False, mask_token_id=ar.config.vocab_size - 1),
+                    ar.weights, ar.tokenizer)
 
 
 def stored_as(model, weight_type):
@@ -86,6 +113,13 @@ def table(runs, roofline):
     rows.append(f"machine: {roofline.mem_gbs:.1f} GB/s memory, {roofline.peak_gflops:.0f} GFLOP/s peak f32, "
                 f"balance {roofline.balance:.1f} FLOP/byte ({roofline.threads} threads)")
     return "\n".join(rows)
+
+
+def plot_points(runs, model, sizes=(64, 256, 1024)):
+    """(label, flops, bytes, seconds) a pass of each run, then of one full pass of model per canvas
+    size: the points `tinydiff cost --plot` draws on the roofline."""
+    points = [(r.label, r.flops / len(r.passes), r.bytes / len(r.passes), r.seconds / len(r.passes)) for r in runs]
+    return points + canvas_points(model, list(sizes))
 
 
 def canvas_points(model, sizes, repetitions=3):
