@@ -36,8 +36,8 @@ def build_parser():
     parser = _Parser(prog="tinydiff", description="CPU inference for autoregressive and masked-diffusion LMs")
     parser.add_argument("--version", action="version", version=f"tinydiff {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_generate, _chat, _serve, _infill, _bench, _cost, _compare, _roofline, _train, _curves, _eval,
-                _models, _info, _convert):   # the order of `tinydiff --help`
+    for add in (_generate, _chat, _serve, _infill, _bench, _cost, _compare, _roofline, _training, _models,
+                _info, _convert):   # the order of `tinydiff --help`
         add(sub)
     return parser
 
@@ -163,22 +163,18 @@ def _roofline(sub):
     r.set_defaults(run=cmd_roofline)
 
 
-def _train(sub):
-    t = sub.add_parser("train", help="train a small model, autoregressive or masked diffusion (needs .[train])")
-    add_train_arguments(t)
-    t.set_defaults(run=run_train)
-
-
-def _curves(sub):
-    cv = sub.add_parser("curves", help="validation bits per byte against epochs of training runs, on one axis (SVG)")
-    add_curves_arguments(cv)
-    cv.set_defaults(run=run_curves)
-
-
-def _eval(sub):
-    e = sub.add_parser("eval", help="held-out bits per byte (AR exact, MDM ELBO), judge perplexity, KL --against")
-    add_eval_arguments(e)
-    e.set_defaults(run=run_eval)
+def _training(sub):
+    """train, curves and eval: tinydiff.training's commands, which bring their own flags."""
+    for name, help, add_arguments, run in (
+            ("train", "train a small model, autoregressive or masked diffusion (needs .[train])",
+             add_train_arguments, run_train),
+            ("curves", "validation bits per byte against epochs of training runs, on one axis (SVG)",
+             add_curves_arguments, run_curves),
+            ("eval", "held-out bits per byte (AR exact, MDM ELBO), judge perplexity, KL --against",
+             add_eval_arguments, run_eval)):
+        p = sub.add_parser(name, help=help)
+        add_arguments(p)
+        p.set_defaults(run=run)
 
 
 def _models(sub):
