@@ -371,26 +371,24 @@ def _rope_args(xs, pos, inv_freq):
 
 def silu_mul(gate, up, out=None, op="mlp"):
     """out = silu(gate) * up, elementwise; gate and up of one shape."""
-    gate, up = _f32(gate), _f32(up)
-    if gate.shape != up.shape:
-        raise ValueError(f"silu_mul: gate {gate.shape} and up {up.shape} differ")
-    out = _out(out, gate.shape, "silu_mul")
-    _silu_mul(_p(gate), _p(up), _p(out), gate.size)
-    if ledger.active():
-        ledger.book(op, cost.silu_mul(gate.size))
-    return out
+    return _gated("silu_mul", _silu_mul, cost.silu_mul, gate, up, out, op)
 
 
 def gelu_tanh_mul(gate, up, out=None, op="mlp"):
     """out = gelu_tanh(gate) * up, elementwise (Gemma's GeGLU); gate and up of one shape. gelu_tanh is
     PyTorch's gelu(approximate="tanh"): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), -0 at -inf."""
+    return _gated("gelu_tanh_mul", _gelu_tanh_mul, cost.gelu_tanh_mul, gate, up, out, op)
+
+
+def _gated(name, kernel, booked, gate, up, out, op):
+    """A gated MLP product act(gate) * up by its C kernel, checked and booked the same for every act."""
     gate, up = _f32(gate), _f32(up)
     if gate.shape != up.shape:
-        raise ValueError(f"gelu_tanh_mul: gate {gate.shape} and up {up.shape} differ")
-    out = _out(out, gate.shape, "gelu_tanh_mul")
-    _gelu_tanh_mul(_p(gate), _p(up), _p(out), gate.size)
+        raise ValueError(f"{name}: gate {gate.shape} and up {up.shape} differ")
+    out = _out(out, gate.shape, name)
+    kernel(_p(gate), _p(up), _p(out), gate.size)
     if ledger.active():
-        ledger.book(op, cost.gelu_tanh_mul(gate.size))
+        ledger.book(op, booked(gate.size))
     return out
 
 
