@@ -92,8 +92,8 @@ class Options:
     """Everything a denoising run can be told, declared once: the API takes these names as keywords,
     the CLI makes a flag of each field that names one. Each mistake is one UsageError line.
     docs/diffusion.md says what each does at length."""
-    # the holes block_length at a time, left to right, steps / blocks steps each (steps: a multiple
-    # of the blocks and at most one a hole, Model._check_plan; with an adaptive rule, a cap a block)
+    # the holes are denoised block_length at a time, left to right, in steps / blocks steps each (steps:
+    # a multiple of the blocks, at most one a hole: Model._check_plan; with an adaptive rule, a cap)
     steps: Optional[int] = _option(None, "--steps", "denoising steps (default: one per token)", type=int)
     block_length: Optional[int] = _option(None, "--block", "block length, semi-autoregressive (default: one block)",
                                           type=int)
