@@ -60,15 +60,15 @@ class Chat:
             raise UsageError("on_step is a function called after each denoising step, for a masked-diffusion "
                              "model (an autoregressive one has no steps)")
         causal = self.model.config.causal
-        if not causal and (not is_integer(max_new_tokens) or max_new_tokens < 1):
+        if not is_integer(max_new_tokens) or max_new_tokens < 1:
             raise UsageError(f"the number of tokens to generate must be an integer >= 1, got {max_new_tokens!r}")
         messages = self.messages + [{"role": "user", "content": text}]
         ids = self.model.chat_ids(messages, **self.variables)
-        if causal:
-            request = self.model.request(ids, max_new_tokens, self.model.sampling_params(**options), n_ctx=self.n_ctx)
-        elif len(ids) + max_new_tokens > self.n_ctx:
+        if len(ids) + max_new_tokens > self.n_ctx:    # in a chat's words: the conversation, and /reset
             raise UsageError(f"the conversation ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
                              f"context of {self.n_ctx} positions: /reset it, or ask for fewer tokens")
+        if causal:
+            request = self.model.request(ids, max_new_tokens, self.model.sampling_params(**options), n_ctx=self.n_ctx)
         self.ids = ids
         if causal:
             answer = self._generate(request)
