@@ -186,7 +186,7 @@ def test_windowed_attention_matches_dense_softmax(level, mask, window, n, extra,
 def paged(k, rng, spare=2):
     """k [t, ...] in a pool of pages of K.PAGE rows in shuffled order, NaN in the rows not its keys:
     (pool, pages)"""
-    t, npages = len(k), -(-len(k) // K.PAGE)
+    npages = -(-len(k) // K.PAGE)
     pages = rng.permutation(npages + spare)[:npages]
     pool = np.full(((npages + spare) * K.PAGE,) + k.shape[1:], np.nan, np.float32)
     for i, page in enumerate(pages):
