@@ -64,9 +64,9 @@ def time_steps(model, L, block, repeat):
     prefix = median_ms(lambda: t.canvas_logits(canvas, state, lo, L), repeat)
     dual = median_ms(lambda: t.canvas_logits(canvas, state, lo, hi), repeat)
     logits = t.canvas_logits(canvas, state, lo, hi)                   # [1, block, V]
-    opts = diffusion.Options()
+    opts, todo, known = diffusion.Options(), np.arange(lo, hi), canvas[0] != mask
     choose = median_ms(lambda: diffusion._choose(
-        opts, *diffusion._predict(logits, opts, rng, [mask])[1:], 1, rng), repeat)
+        opts, *diffusion._predict(logits, opts, rng, [mask], todo, canvas[0], known)[1:], 1, rng), repeat)
     return full, prefix, dual, choose
 
 
