@@ -111,8 +111,20 @@ struct type_traits {
     vec_dot_8xn_fn vec_dot_8xn;
 };
 
-/* the functions for the SIMD level in use (and the extensions it may use) */
+/* the functions for the SIMD level in use (and the extensions it may use): quant.c */
 const struct type_traits *td_type_traits(enum td_type type);
+
+/* each level's own functions (quant.c merges them over plain C's): every field of every type in
+   plain C (quant_ref.c); on x86-64 AVX2's and AVX-512's, and the extension each AVX-512 entry
+   needs (quant_x86.c); on arm64 NEON's and what dotprod adds to them (quant_arm.c) */
+extern const struct type_traits td_traits_c[TD_NTYPES];
+extern const struct type_traits td_traits_avx2[TD_NTYPES], td_traits_avx512[TD_NTYPES];
+extern const int td_traits_avx512_needs[TD_NTYPES];
+extern const struct type_traits td_traits_neon[TD_NTYPES], td_traits_dotprod[TD_NTYPES];
+
+/* a table entry's x type when it is Q8_0, made by the level's quantize_row_q8_0 */
+#define TD_X_Q8_0(isa) .from_float = quantize_row_q8_0_##isa, .x_to_float = q8_0_to_float_##isa, \
+                       .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0)
 
 /* ys[j][n,ms[j]] = x[n,k] @ ws[j]^T for up to 4 Q8_0, Q4_0, Q8_0X8 or Q4_0X8 weights of one type,
    one job for all, in int8 on AVX512_VNNI (gemm_q8.c); 0, or -1 out of scratch memory */
