@@ -27,7 +27,7 @@ import numpy as np
 
 from .._kernels import ffi, lib
 from ..errors import UsageError, is_integer
-from ..formats import quant
+from ..formats import kquants, quant
 from . import cost, ledger
 from .masks import CAUSAL, AttentionMask
 
@@ -54,7 +54,9 @@ _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK),
           quant.Q8_0X8: (lib.TD_Q8_0X8, quant.QK),
           quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK), quant.F32P: (lib.TD_F32P, 1),
-          quant.F16P: (lib.TD_F16P, 1), quant.BF16P: (lib.TD_BF16P, 1)}  # weight dtype: C type, k per element
+          quant.F16P: (lib.TD_F16P, 1), quant.BF16P: (lib.TD_BF16P, 1),
+          **{dt: (getattr(lib, "TD_" + name.upper()), per) for name, (dt, per) in kquants.FORMATS.items()}}
+# (weight dtype: its C type, the weights an element holds)
 
 
 def physical_cores():
