@@ -214,8 +214,9 @@ TD_INLINE float dot_q_1_q8_1(const int q5, int64_t k, const void *vw, const void
     const block_q8_1 *x = vx;
     float sum = 0.0f;
     for (int64_t i = 0; i < k / QK8_1; i++) {
-        const block_q4_1 *w4 = (const block_q4_1 *)vw + i;
-        const block_q5_1 *w5 = (const block_q5_1 *)vw + i;
+        const char *b = (const char *)vw + i * (q5 ? sizeof(block_q5_1) : sizeof(block_q4_1));
+        const block_q4_1 *w4 = (const block_q4_1 *)b;
+        const block_q5_1 *w5 = (const block_q5_1 *)b;
         int q[QK8_1], sumi = 0;
         q_1_unpack(q5 ? w5->qs : w4->qs, q5 ? w5->qh : NULL, q5, q);
         for (int j = 0; j < QK8_1; j++)
@@ -235,8 +236,9 @@ TD_INLINE float dot_q_0_q8_0(const int nl, int64_t k, const void *vw, const void
     const block_q8_0 *x = vx;
     float sum = 0.0f;
     for (int64_t i = 0; i < k / QK8_0; i++) {
-        const block_q5_0 *w5 = (const block_q5_0 *)vw + i;
-        const block_iq4_nl *wn = (const block_iq4_nl *)vw + i;
+        const char *b = (const char *)vw + i * (nl ? sizeof(block_iq4_nl) : sizeof(block_q5_0));
+        const block_q5_0 *w5 = (const block_q5_0 *)b;
+        const block_iq4_nl *wn = (const block_iq4_nl *)b;
         int q[QK8_0], sumi = 0;
         q_0_unpack(nl ? wn->qs : w5->qs, nl ? NULL : w5->qh, nl, q);
         for (int j = 0; j < QK8_0; j++)
