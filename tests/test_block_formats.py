@@ -40,11 +40,11 @@ def gguf_py():
 
 
 def dtype_of(name):
-    return quant.TYPES[name]
+    return quant.READS[name]
 
 
 def per(name):
-    return quant.BLOCK[quant.TYPES[name]]
+    return quant.BLOCK[quant.READS[name]]
 
 
 def finite(w, tame=False):
@@ -97,7 +97,7 @@ def test_layouts_are_gguf_blocks(name):
     _, block, size = G.GGML_TYPES[code]
     assert (per(name), dtype_of(name).itemsize) == (block, size)
     assert quant.bits_per_weight(name) == BITS[name] == size * 8 / block
-    assert name.upper() in G.STORAGE and quant.TYPES[name] == dtype_of(name)
+    assert name.upper() in G.STORAGE and quant.READS[name] == dtype_of(name)
     w = blocks(name, (3, 2), 0)
     assert quant.type_of(w) == name and quant.columns(w) == 2 * block and quant.rows(w) == 3
     assert quant.bytes_per_weight(w) == size / block and quant.is_blocked(w)

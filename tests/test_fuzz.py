@@ -214,7 +214,7 @@ def block_formats_gguf(path):
               "ffn_gate": (ff, d), "ffn_up": (ff, d), "ffn_down": (d, ff)}
 
     def matrix(name, rows, cols):
-        dt = quant.TYPES[name]
+        dt = quant.READS[name]
         w = rng.integers(0, 256, (rows, cols // quant.BLOCK[dt] * dt.itemsize), dtype=np.uint8).view(dt)
         for field in quant.SCALES[dt]:
             w[field] = rng.normal(0, 1e-3 if dt.itemsize > 40 else 2e-2, w[field].shape)

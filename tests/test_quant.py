@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tinydiff.errors import UsageError
 from tinydiff.formats import quant
 
-ALL = list(quant.WRITES)   # the types quantize makes (the others read only: test_block_formats.py)
+ALL = list(quant.TYPES)   # the types quantize makes (the others read only: test_block_formats.py)
 
 
 def block(*values):

@@ -64,7 +64,7 @@ GGML_TYPES = {
 }
 # The ones tinydiff computes with (every type llama.cpp writes for dense models but the IQ2/IQ3/IQ1
 # grids, the ternary TQ types and the FP4 ones); quant.py names them in lower case.
-STORAGE = tuple(name.upper() for name in quant.TYPES)
+STORAGE = tuple(name.upper() for name in quant.READS)
 GGML_CODES = {GGML_TYPES[code][0]: code for code in GGML_TYPES}
 # llama_ftype of a file mostly of one type (general.file_type)
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
@@ -111,7 +111,7 @@ class GGUFFile(TensorTable):
         if type_name not in STORAGE:
             fail(self.path, f"tensor {show(name)}: type {type_name} not supported "
                              f"(tinydiff reads {', '.join(STORAGE)})")
-        dtype = quant.TYPES[type_name.lower()]
+        dtype = quant.READS[type_name.lower()]
         shape = self.shape(name)
         shape = shape[:-1] + (shape[-1] // block,) if shape else shape
         a = np.frombuffer(self._buf, dtype=dtype, count=t.nbytes // dtype.itemsize,

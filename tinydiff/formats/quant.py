@@ -18,7 +18,7 @@ quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match ll
 The formats llama.cpp writes beyond these, which tinydiff reads (and does not write yet), are
 kquants.py's: q4_1, q5_0, q5_1, iq4_nl (blocks of 32), q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, iq4_xs
 (super-blocks of 256); their arrays are [m, k/32] or [m, k/256] blocks, and every function here
-takes them.
+takes them. TYPES names the types quantize makes, READS every stored type.
 
 Layouts made at load, never stored: Q8_0X8 and Q4_0X8 [m/8, k/32], Q8_0 and Q4_0 with
 their rows interleaved 8 at a time (csrc/quant.h, block_q8_0x8: d f16[8], qs int8[256], the bytes
@@ -36,9 +36,8 @@ QK = 32                                                        # weights per blo
 BF16 = np.dtype([("bf16", "<u2")])                             # 2 bytes
 Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", QK)])              # 34 bytes
 Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", QK // 2)])         # 18 bytes
-TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0,
-         **{name: dt for name, (dt, _) in kquants.FORMATS.items()}}
-WRITES = ("f32", "f16", "bf16", "q8_0", "q4_0")                # the types quantize makes
+TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0}  # quantize's
+READS = {**TYPES, **{name: dt for name, (dt, _) in kquants.FORMATS.items()}}  # every stored type, kquants.py's too
 Q8_0X8 = np.dtype([("d", "<f2", 8), ("qs", "i1", 8 * QK)])          # 272 bytes: 8 rows' blocks
 Q4_0X8 = np.dtype([("d", "<f2", 8), ("qs", "u1", 8 * QK // 2)])     # 144 bytes
 X8 = {Q8_0: Q8_0X8, Q4_0: Q4_0X8}                              # row type -> its interleaved type
@@ -58,10 +57,10 @@ SCALES = {Q8_0: ("d",), Q4_0: ("d",), **kquants.SCALES}
 def type_of(w):
     """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', one of
     kquants.py's ('q4_k', ...), or one made at load: 'q8_0x8', 'q4_0x8', 'f32p', 'f16p', 'bf16p'."""
-    for name, dt in (*TYPES.items(), *MADE_AT_LOAD.items()):
+    for name, dt in (*READS.items(), *MADE_AT_LOAD.items()):
         if w.dtype == dt:
             return name
-    raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type ({', '.join(TYPES)})")
+    raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type ({', '.join(READS)})")
 
 
 def is_blocked(w):
@@ -135,7 +134,7 @@ def _numbers(w):
 
 
 def bits_per_weight(name):
-    return TYPES[name].itemsize * 8 / BLOCK.get(TYPES[name], 1)
+    return READS[name].itemsize * 8 / BLOCK.get(READS[name], 1)
 
 
 def bytes_per_weight(w):
@@ -163,7 +162,7 @@ def nonfinite_scale(w):
 def quantize(w, name):
     """The matrix w [m, k] stored as type `name`. Block types need k % 32 == 0. w may already be of
     a weight type: as it is if that is `name`, else its values (dequantized) stored anew."""
-    if isinstance(w, np.ndarray) and w.dtype in (*TYPES.values(), *MADE_AT_LOAD.values()) and w.dtype != np.float32:
+    if isinstance(w, np.ndarray) and w.dtype in (*READS.values(), *MADE_AT_LOAD.values()) and w.dtype != np.float32:
         if type_of(w) == name:
             return w
         w = dequantize(w)
@@ -174,10 +173,10 @@ def quantize(w, name):
         return w.astype(np.float16)
     if name == "bf16":
         return to_bf16(w)
-    if name in TYPES and name not in WRITES:
-        raise UsageError(f"tinydiff reads {name} weights but does not write them yet; choose one of {', '.join(WRITES)}")
+    if name in READS and name not in TYPES:
+        raise UsageError(f"tinydiff reads {name} weights but does not write them yet; choose one of {', '.join(TYPES)}")
     if name not in ("q8_0", "q4_0"):
-        raise UsageError(f"unknown weight type {name!r}; choose one of {', '.join(WRITES)}")
+        raise UsageError(f"unknown weight type {name!r}; choose one of {', '.join(TYPES)}")
     if w.shape[-1] % QK:
         raise UsageError(f"cannot store a matrix with rows of {w.shape[-1]} weights as {name}: "
                          f"rows must be a multiple of {QK}")
