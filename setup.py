@@ -32,7 +32,7 @@ setup(
     cffi_modules=["csrc/build_ffi.py:ffi"],
     extras_require={
         "serve": ["starlette>=0.40", "uvicorn>=0.30"],
-        "test": ["pytest", "hypothesis", "starlette>=0.40", "uvicorn>=0.30", "httpx", "openai"],
+        "test": ["pytest", "hypothesis", "starlette>=0.40", "uvicorn>=0.30", "httpx", "openai", "gguf"],
         "train": ["torch==2.13.0"],
         "reference": ["torch==2.13.0", "transformers", "tokenizers"],
     },

@@ -1,713 +1,78 @@
-/* quant.c: quant.h's row functions (weights to f32, an x row to Q8_0 or bf16, the dot product of
-   a weight row with a converted x row) and td_type_traits, which gives them for the SIMD level in
-   use. They are written once, in quant_isa.h, compiled per instruction set by foreach_isa.h; this
-   file holds the x86 pieces its primitives share, and the one exception, below.
+/* quant.c: which row functions of a weight type run (td_type_traits, for the SIMD level in use), which
+   matrices are best interleaved at load (td_interleave), and an embedding look-up of any type
+   (td_rows_to_f32). The functions themselves live one file an instruction-set family, as ggml
+   splits its quants (ggml-quants.c, ggml-cpu/arch/x86/quants.c, arch/arm/quants.c):
 
-   The integer dot products follow llama.cpp (ggml-cpu/arch/x86/quants.c): the "sign trick" makes
-   one operand unsigned, |a| . sign(b, a) = a . b, since maddubs / vpdpbusd multiply unsigned by
-   signed bytes.
+     quant.h       the block formats, byte for byte ggml's, each documented beside its struct;
+                   struct type_traits, what a kernel needs of a type
+     quant_ref.c   plain C: every type's functions and the full table, td_traits_c (the reference)
+     quant_x86.c   AVX2 and AVX-512 (with AVX512_VNNI, AVX512_BF16): td_traits_avx2, td_traits_avx512
+     quant_arm.c   NEON and dotprod: td_traits_neon, td_traits_dotprod
+     quant_isa.h   the functions every instruction set has in the same shape (f16, bf16, Q8_0, Q4_0
+                   rows; x to Q8_0), written once and instanced by each of the three files above
 
-   The exception: the AVX-512 dot products of bf16, Q8_0 and Q4_0 (as rows and as X8 groups) are
-   hand-written here, because they need an extension beyond AVX512F (AVX512_BF16, AVX512_VNNI;
-   td_simd_ext says whether the CPU has it, and without it td_type_traits gives the AVX2 entry)
-   and their shape is their own: vdpbf16ps takes x as bf16 pairs with a masked tail, and the VNNI
-   kernels put two blocks in one zmm and gather eight blocks' scales with one permute (the X8 ones
-   two groups in one), which a per-block primitive under the generic loop cannot express. They
-   carry the names ISA() gives in the AVX-512 instance, so quant_isa.h's table is the same for
-   every instruction set. */
-#include <math.h>
+   A level's table names only the functions the level has of its own; at load each is merged over
+   its base (plain C's; dotprod's over NEON's), so a type no level has sped up runs its plain-C
+   functions everywhere, and a fast path is one function and one table entry in its family's file.
+   A level's entry that names its own from_float names its whole x type (from_float, x_to_float,
+   x_blck_size, x_type_size): the dot products of an entry all take the x its from_float makes. */
 #include "quant.h"
 
-/* ---- Q8_0X8 and Q4_0X8 (quant.h): the readable kernels, for every instruction set without its own ---- */
-
-/* row `lane`'s quant j (0..31) of a group's block */
-TD_INLINE int q8_0x8_quant(const block_q8_0x8 *b, int lane, int j) { return b->qs[32 * (j / 4) + 4 * lane + j % 4]; }
-
-TD_INLINE int q4_0x8_quant(const block_q4_0x8 *b, int lane, int j) /* nibble - 8 */
-{
-    const uint8_t byte = b->qs[32 * (j % 16 / 4) + 4 * lane + j % 4];
-    return (j < 16 ? byte & 15 : byte >> 4) - 8;
-}
-
-/* ---- F32P, F16P and BF16P (quant.h): row `lane` of a panel, numbers p TD_PANEL apart ---- */
-
-static void f32p_to_float_lane(const void *w, int lane, float *y, int64_t k)
-{
-    for (int64_t p = 0; p < k; p++)
-        y[p] = ((const float *)w)[p * TD_PANEL + lane];
-}
-
-static void f16p_to_float_lane(const void *w, int lane, float *y, int64_t k)
-{
-    for (int64_t p = 0; p < k; p++)
-        y[p] = fp16_to_fp32(((const td_fp16_t *)w)[p * TD_PANEL + lane]);
-}
-
-static void bf16p_to_float_lane(const void *w, int lane, float *y, int64_t k)
-{
-    for (int64_t p = 0; p < k; p++)
-        y[p] = bf16_to_fp32(((const td_bf16_t *)w)[p * TD_PANEL + lane]);
-}
-
-/* to_float_lane and vec_dot_8xn (quant.h) of each type, written once: q4 a constant after inlining */
-TD_INLINE void x8_to_float_lane(const int q4, const void *w, int lane, float *y, int64_t k)
-{
-    const size_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8);
-    for (int64_t i = 0; i < k / QK8_0; i++) {
-        const void *b = (const char *)w + i * bytes;
-        const float d = fp16_to_fp32(q4 ? ((const block_q4_0x8 *)b)->d[lane] : ((const block_q8_0x8 *)b)->d[lane]);
-        for (int j = 0; j < QK8_0; j++)
-            y[i * QK8_0 + j] = d * (float)(q4 ? q4_0x8_quant(b, lane, j) : q8_0x8_quant(b, lane, j));
-    }
-}
-
-TD_INLINE void x8_vec_dot_ref(const int q4, int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
-                              const void *x, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
-{
-    const size_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8);
-    for (int64_t i = 0; i < nx; i++)
-        for (int64_t g = 0; g < ngroups; g++)
-            for (int r = 0; r < 8; r++) {
-                const block_q8_0 *xb = (const block_q8_0 *)((const char *)x + i * x_bytes);
-                float acc = 0.0f;
-                for (int64_t b = 0; b < k / QK8_0; b++) {
-                    const void *wb = (const char *)w + g * group_bytes + b * bytes;
-                    int sumi = 0;
-                    for (int j = 0; j < QK8_0; j++)
-                        sumi += (q4 ? q4_0x8_quant(wb, r, j) : q8_0x8_quant(wb, r, j)) * xb[b].qs[j];
-                    const td_fp16_t dw = q4 ? ((const block_q4_0x8 *)wb)->d[r] : ((const block_q8_0x8 *)wb)->d[r];
-                    acc = fmaf((float)sumi, fp16_to_fp32(dw) * fp16_to_fp32(xb[b].d), acc);
-                }
-                y[i * ldy + 8 * g + r] = acc;
-            }
-}
-
-static void q8_0x8_to_float_lane(const void *w, int lane, float *y, int64_t k) { x8_to_float_lane(0, w, lane, y, k); }
-static void q4_0x8_to_float_lane(const void *w, int lane, float *y, int64_t k) { x8_to_float_lane(1, w, lane, y, k); }
-
-static void vec_dot_8xn_q8_0x8_q8_0_ref(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
-                                        const void *x, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
-{
-    x8_vec_dot_ref(0, k, w, ngroups, group_bytes, x, x_bytes, nx, y, ldy);
-}
-
-static void vec_dot_8xn_q4_0x8_q8_0_ref(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes,
-                                        const void *x, int64_t x_bytes, int64_t nx, float *y, int64_t ldy)
-{
-    x8_vec_dot_ref(1, k, w, ngroups, group_bytes, x, x_bytes, nx, y, ldy);
-}
-
+/* each level's table merged over its base, made once at load */
 #if defined(__x86_64__)
-/* ---- x86 pieces: AVX2's block dot product, and the extension kernels' odd last block ---- */
-
-TD_AVX2 TD_INLINE float hsum_float_8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-/* d_w * d_x in all 8 lanes */
-TD_AVX2 TD_INLINE __m256 scale_8(td_fp16_t dw, td_fp16_t dx)
-{
-    return _mm256_set1_ps(_cvtsh_ss(dw) * _cvtsh_ss(dx));
-}
-
-/* 32 bytes q0..q31 from 16 bytes of nibbles: low nibbles first, then the high ones */
-TD_AVX2 TD_INLINE __m256i bytes_from_nibbles_32(const uint8_t *p)
-{
-    const __m128i t = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
-}
-
-/* 8 int32 lanes whose sum is x . y over 32 int8 pairs (sign trick, then maddubs and madd) */
-TD_AVX2 TD_INLINE __m256 mul_sum_i8_pairs_avx2(__m256i x, __m256i y)
-{
-    const __m256i dot = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
-}
-
-/* AVX2 tiles: 4 weight rows by N (1 or 2) x rows, each x block's side (its quants, d_x, and for
-   Q4_0 -8 . x) made once for the 4 rows and each weight block's once for the N x rows. Q4_0's
-   nibbles are the unsigned side of maddubs as they are (0..15), and -8 . x is taken off each lane
-   once, where vec_dot's sign trick works on nibble - 8. Each sum has vec_dot's lanes, terms and
-   order: the same result to the bit. */
-TD_AVX2 TD_INLINE void dot_tile_avx2(const int q4, const int N, int64_t k, const char *vw, int64_t row_bytes,
-                                     const char *vx, int64_t x_bytes, float *y, int64_t ldy)
-{
-    const __m256i ones = _mm256_set1_epi16(1);
-    vf8 acc[4][2];
-    for (int r = 0; r < 4; r++)
-        for (int n = 0; n < N; n++)
-            acc[r][n] = (vf8){0};
-    for (int64_t i = 0; i < k / QK8_0; i++) {
-        __m256i qx[2], minus8x[2];
-        float dx[2];
-        for (int n = 0; n < N; n++) {
-            const block_q8_0 *xb = (const block_q8_0 *)(vx + n * x_bytes) + i;
-            qx[n] = _mm256_loadu_si256((const __m256i *)xb->qs);
-            dx[n] = _cvtsh_ss(xb->d);
-            if (q4)
-                minus8x[n] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), qx[n]), ones);
-        }
-        for (int r = 0; r < 4; r++) {
-            __m256i qw;
-            float dw;
-            if (q4) {
-                const block_q4_0 *wb = (const block_q4_0 *)(vw + r * row_bytes) + i;
-                qw = bytes_from_nibbles_32(wb->qs), dw = _cvtsh_ss(wb->d);
-            } else {
-                const block_q8_0 *wb = (const block_q8_0 *)(vw + r * row_bytes) + i;
-                qw = _mm256_loadu_si256((const __m256i *)wb->qs), dw = _cvtsh_ss(wb->d);
-            }
-            const __m256i uw = q4 ? qw : _mm256_sign_epi8(qw, qw);
-            for (int n = 0; n < N; n++) {
-                const __m256i sx = q4 ? qx[n] : _mm256_sign_epi8(qx[n], qw);
-                __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(uw, sx), ones);
-                if (q4)
-                    lanes = _mm256_sub_epi32(lanes, minus8x[n]);
-                acc[r][n] += dw * dx[n] * (vf8)_mm256_cvtepi32_ps(lanes);
-            }
-        }
-    }
-    for (int n = 0; n < N; n++)
-        for (int r = 0; r < 4; r++)
-            y[n * ldy + r] = sum_vf8(acc[r][n]);
-}
-
-#define DOT_4XN_AVX2(type, q4)                                                                              \
-    TD_AVX2 static void vec_dot_4xn_##type##_q8_0_avx2(int64_t k, const void *w, int64_t row_bytes,        \
-                                                       const void *x, int64_t x_bytes, int nx, float *y,   \
-                                                       int64_t ldy)                                         \
-    {                                                                                                       \
-        for (int i = 0; i < nx; i += 2) {                                                                   \
-            if (nx - i >= 2)                                                                                \
-                dot_tile_avx2(q4, 2, k, w, row_bytes, (const char *)x + i * x_bytes, x_bytes, y + i * ldy, ldy); \
-            else                                                                                            \
-                dot_tile_avx2(q4, 1, k, w, row_bytes, (const char *)x + i * x_bytes, x_bytes, y + i * ldy, ldy); \
-        }                                                                                                   \
-    }
-DOT_4XN_AVX2(q8_0, 0)
-DOT_4XN_AVX2(q4_0, 1)
-#undef DOT_4XN_AVX2
-
-/* 32 bits of x (4 quants) in all 8 lanes */
-TD_AVX2 TD_INLINE __m256i broadcast4(const int8_t *x)
-{
-    int32_t four;
-    memcpy(&four, x, 4);
-    return _mm256_set1_epi32(four);
-}
-
-/* The X8 types on AVX2: a group's block (8 rows side by side) by NX (1..4) x rows, its weight side
-   made ready once for them all. Q4_0X8: the nibbles (0..15) are maddubs' unsigned side as they are,
-   by 4 x quants broadcast to every lane; 8 maddubs a block summed in int16 (at most 8 x 2 x 15 x 127
-   = 30480: no overflow), one madd to int32, minus 8 x sum(x) (x as Q8_0S: the sum made once per x
-   row, not per group). Q8_0X8: the sign trick, each maddubs' int16 pairs (up to 2 x 127 x 127) to
-   int32 by madd at once, since two could overflow. Either way lane r holds row r's exact block dot
-   product; then one fma a block for the 8 rows, as x8_vec_dot_ref does for each. */
-TD_AVX2 TD_INLINE void x8_tile_avx2(const int q4, const int NX, int64_t k, const char *wg, const char *vx,
-                                    int64_t x_bytes, float *y, int64_t ldy)
-{
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    const int64_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8);
-    const int64_t xblock = q4 ? sizeof(block_q8_0s) : sizeof(block_q8_0);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < k / QK8_0; b++) {
-        const char *wb = wg + b * bytes;
-        const td_fp16_t *d = q4 ? ((const block_q4_0x8 *)wb)->d : ((const block_q8_0x8 *)wb)->d;
-        const uint8_t *qs = q4 ? ((const block_q4_0x8 *)wb)->qs : (const uint8_t *)((const block_q8_0x8 *)wb)->qs;
-        __m256i uw[8]; /* Q4_0X8: the 8 rows' quants 4h..4h+3, made once for the x rows (Q8_0X8's are
-                          loaded for each x row, from L1 after the first: 16 registers would spill) */
-        for (int h = 0; q4 && h < 8; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (h % 4)));
-            uw[h] = _mm256_and_si256(h < 4 ? q : _mm256_srli_epi16(q, 4), m4);
-        }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
-        for (int n = 0; n < NX; n++) {
-            const char *xb = vx + n * x_bytes + b * xblock;
-            const int8_t *xq = q4 ? ((const block_q8_0s *)xb)->qs : ((const block_q8_0 *)xb)->qs;
-            const td_fp16_t xd = q4 ? ((const block_q8_0s *)xb)->d : ((const block_q8_0 *)xb)->d;
-            __m256i dot;
-            if (q4) { /* quants 4h..4h+3 of x: run h % 4, low nibbles for h < 4, high ones after */
-                __m256i s[2];
-                for (int c = 0; c < 2; c++) /* two chains of int16 sums */
-                    s[c] = _mm256_add_epi16(
-                        _mm256_add_epi16(_mm256_maddubs_epi16(uw[4 * c], broadcast4(xq + 16 * c)),
-                                         _mm256_maddubs_epi16(uw[4 * c + 1], broadcast4(xq + 16 * c + 4))),
-                        _mm256_add_epi16(_mm256_maddubs_epi16(uw[4 * c + 2], broadcast4(xq + 16 * c + 8)),
-                                         _mm256_maddubs_epi16(uw[4 * c + 3], broadcast4(xq + 16 * c + 12))));
-                dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones),
-                                       _mm256_set1_epi32(8 * ((const block_q8_0s *)xb)->sum));
-            } else {
-                __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-                for (int h = 0; h < 8; h++) {
-                    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
-                    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q),
-                                                               _mm256_sign_epi8(broadcast4(xq + 4 * h), q));
-                    s[h % 2] = _mm256_add_epi32(s[h % 2], _mm256_madd_epi16(pairs, ones));
-                }
-                dot = _mm256_add_epi32(s[0], s[1]);
-            }
-            acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xd))), acc[n]);
-        }
-    }
-    for (int n = 0; n < NX; n++)
-        _mm256_storeu_ps(y + n * ldy, acc[n]);
-}
-
-/* vec_dot_8xn (quant.h) of each X8 type: each group by the x rows four at a time, NX a constant */
-#define VEC_DOT_8XN_AVX2(name, q4)                                                                           \
-    TD_AVX2 static void vec_dot_8xn_##name##_avx2(int64_t k, const void *w, int64_t ngroups, int64_t group_bytes, \
-                                                  const void *vx, int64_t x_bytes, int64_t nx, float *y,      \
-                                                  int64_t ldy)                                                \
-    {                                                                                                         \
-        for (int64_t g = 0; g < ngroups; g++)                                                                 \
-            for (int64_t i = 0; i < nx; i += 4) {                                                             \
-                const char *wg = (const char *)w + g * group_bytes, *x = (const char *)vx + i * x_bytes;      \
-                float *yt = y + i * ldy + 8 * g;                                                              \
-                switch (nx - i < 4 ? nx - i : 4) {                                                            \
-                case 1: x8_tile_avx2(q4, 1, k, wg, x, x_bytes, yt, ldy); break;                              \
-                case 2: x8_tile_avx2(q4, 2, k, wg, x, x_bytes, yt, ldy); break;                              \
-                case 3: x8_tile_avx2(q4, 3, k, wg, x, x_bytes, yt, ldy); break;                              \
-                default: x8_tile_avx2(q4, 4, k, wg, x, x_bytes, yt, ldy); break;                             \
-                }                                                                                             \
-            }                                                                                                 \
-    }
-VEC_DOT_8XN_AVX2(q8_0x8_q8_0, 0)
-VEC_DOT_8XN_AVX2(q4_0x8_q8_0s, 1)
-#undef VEC_DOT_8XN_AVX2
-
-/* ---- the exception: AVX-512 dot products that need AVX512_BF16 or AVX512_VNNI ---- */
-
-/* x rounded to bf16 (nearest even, as quant.to_bf16) for vdpbf16ps; a masked tail past k % 16 */
-TD_AVX512_BF16 static void bf16_from_float_avx512(const float *x, void *vy, int64_t k)
-{
-    td_bf16_t *y = vy;
-    int64_t i = 0;
-    for (; i + 32 <= k; i += 32) {
-        __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-        _mm512_storeu_si512(y + i, (__m512i)b);
-    }
-    for (; i < k; i += 16) {
-        const __mmask16 mask = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
-        __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i));
-        _mm256_mask_storeu_epi16(y + i, mask, (__m256i)b);
-    }
-}
-
-TD_AVX512_BF16 static float vec_dot_bf16_avx512(int64_t k, const void *w, const void *x)
-{
-    const td_bf16_t *a = w, *b = x;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 64 <= k; i += 64) {
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(a + i), (__m512bh)_mm512_loadu_si512(b + i));
-        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(a + i + 32), (__m512bh)_mm512_loadu_si512(b + i + 32));
-    }
-    for (; i < k; i += 32) { /* zeros past k add nothing */
-        const __mmask32 mask = k - i >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << (k - i)) - 1);
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(mask, a + i),
-                              (__m512bh)_mm512_maskz_loadu_epi16(mask, b + i));
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
-
-/* as mul_sum_i8_pairs_avx2, with one vpdpbusd for maddubs + madd */
-TD_AVX512_VNNI TD_INLINE __m256 mul_sum_i8_pairs_vnni(__m256i x, __m256i y)
-{
-    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    return _mm256_cvtepi32_ps(dot);
-}
-
-/* two Q8_0 blocks' 32 quants side by side: block 0 in the low half of the zmm */
-TD_AVX512_VNNI TD_INLINE __m512i load_q8_pair(const block_q8_0 *b)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
-                              _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
-}
-
-/* d_w * d_x of two blocks, each in the lanes whose index in `lanes` is 0 or 1 */
-TD_AVX512_VNNI TD_INLINE __m512 scale_pair(td_fp16_t dw0, td_fp16_t dw1, td_fp16_t dx0, td_fp16_t dx1, __m512i lanes)
-{
-    __m128i h = _mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_cvtsi32_si128(dw0), dw1, 1), dx0, 2), dx1, 3);
-    const __m128 d = _mm_cvtph_ps(h);                     /* dw0 dw1 dx0 dx1 */
-    return _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_mul_ps(d, _mm_movehl_ps(d, d))));
-}
-
-/* The scales of 8 consecutive blocks as 8 halves, picked out of the block bytes by a word permute
-   (one per 128 bytes) instead of one by one: converting each pair's scales on its own cost as many
-   instructions as the pair's integer dot product. Q4_0 blocks are 9 words long, Q8_0 blocks 17. */
-static const uint16_t d_words_q4_0[32] = {0, 9, 18, 27, 36, 45, 54, 63};
-static const uint16_t d_words_q8_0[32] = {0, 17, 34, 51, 4, 21, 38, 55}; /* blocks 4-7: from byte 128 */
-
-TD_AVX512_VNNI TD_INLINE __m128i scales8_q4_0(const block_q4_0 *b)
-{
-    const char *p = (const char *)b; /* 8 blocks are 144 bytes: the first 128 hold every scale */
-    return _mm512_castsi512_si128(_mm512_permutex2var_epi16(
-        _mm512_loadu_si512(p), _mm512_loadu_si512(d_words_q4_0), _mm512_loadu_si512(p + 64)));
-}
-
-TD_AVX512_VNNI TD_INLINE __m128i scales8_q8_0(const block_q8_0 *b)
-{
-    const char *p = (const char *)b; /* 8 blocks are 272 bytes: scales 0-3 in bytes 0-127, 4-7 in 128-255 */
-    const __m512i idx = _mm512_loadu_si512(d_words_q8_0);
-    const __m512i lo = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
-    const __m512i hi = _mm512_permutex2var_epi16(_mm512_loadu_si512(p + 128), idx, _mm512_loadu_si512(p + 192));
-    return _mm_blend_epi16(_mm512_castsi512_si128(lo), _mm512_castsi512_si128(hi), 0xF0);
-}
-
-/* two Q4_0 blocks' nibbles as unsigned bytes, lanes of 4 quants: [block 0: 0..15 | block 1: 0..15 |
-   block 0: 16..31 | block 1: 16..31] */
-TD_AVX512_VNNI TD_INLINE __m512i nibbles_pair_q4_0(const block_q4_0 *w)
-{
-    const __m256i low = _mm256_set1_epi8(15);
-    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[0].qs)),
-                                              _mm_loadu_si128((const __m128i *)w[1].qs), 1);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, low)),
-                              _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
-}
-
-/* two Q8_0 blocks of x in nibbles_pair_q4_0's order */
-TD_AVX512_VNNI TD_INLINE __m512i x_pair_q4_0(const block_q8_0 *x)
-{
-    const __m512i qx = load_q8_pair(x);
-    return _mm512_shuffle_i64x2(qx, qx, _MM_SHUFFLE(3, 1, 2, 0));
-}
-
-/* -8 . x of each lane's 4 quants: nibble . x - 8 . x = (nibble - 8) . x */
-TD_AVX512_VNNI TD_INLINE __m512i minus_8x(__m512i xs)
-{
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xs));
-}
-
-/* -128 . w of each lane's 4 quants: (x + 128) . w - 128 . w = x . w */
-TD_AVX512_VNNI TD_INLINE __m512i minus_128w(__m512i qw)
-{
-    return _mm512_sub_epi32(_mm512_setzero_si512(),
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), qw));
-}
-
-/* The int8 tiles: R weight rows (1 or 4) by N x rows (1 to 4) of Q8_0 or Q4_0 (q4) weights at
-   once, each pair of weight blocks and each pair of x blocks made ready once for the whole tile,
-   so a few rows of x (a batch of decoding sequences) pass the weights for little more than one.
-   vpdpbusd multiplies unsigned bytes by signed ones: Q8_0 takes x + 128 as the unsigned side and
-   starts each sum at -128 . w; Q4_0's nibbles are unsigned as they are, x (in their order) the
-   signed side, each sum started at -8 . x. Two blocks a step in one zmm, eight blocks' scales at
-   a time; the pairs past the last 8 with their scales one by one, an odd last block as AVX2 does.
-   The lanes of a pair's scale follow its dot product's. Each (row, x row) sum runs in the same
-   order whatever R and N are: the same result to the bit as vec_dot. */
-struct pair_side {
-    __m512i q, start; /* the pair's bytes for vpdpbusd; where its sums start (the other side's -8 . x
-                         or this side's -128 . w) */
-};
-
-TD_AVX512_VNNI TD_INLINE struct pair_side w_pair(const int q4, const char *w, int64_t i)
-{
-    if (q4)
-        return (struct pair_side){nibbles_pair_q4_0((const block_q4_0 *)w + i), _mm512_setzero_si512()};
-    const __m512i qw = load_q8_pair((const block_q8_0 *)w + i);
-    return (struct pair_side){qw, minus_128w(qw)};
-}
-
-TD_AVX512_VNNI TD_INLINE struct pair_side x_pair(const int q4, const block_q8_0 *x)
-{
-    if (q4) {
-        const __m512i xs = x_pair_q4_0(x);
-        return (struct pair_side){xs, minus_8x(xs)};
-    }
-    return (struct pair_side){_mm512_xor_si512(load_q8_pair(x), _mm512_set1_epi8((char)0x80)), _mm512_setzero_si512()};
-}
-
-/* the pair's exact int32 sums, as floats */
-TD_AVX512_VNNI TD_INLINE __m512 pair_dot(const int q4, struct pair_side w, struct pair_side x)
-{
-    return _mm512_cvtepi32_ps(q4 ? _mm512_dpbusd_epi32(x.start, w.q, x.q) : _mm512_dpbusd_epi32(w.start, x.q, w.q));
-}
-
-TD_AVX512_VNNI TD_INLINE td_fp16_t block_d(const int q4, const char *w, int64_t i) /* a weight block's scale */
-{
-    return q4 ? ((const block_q4_0 *)w)[i].d : ((const block_q8_0 *)w)[i].d;
-}
-
-/* an odd last block, as AVX2 does it, with vpdpbusd */
-TD_AVX512_VNNI TD_INLINE float last_block(const int q4, const char *w, int64_t i, const block_q8_0 *x)
-{
-    const __m256i qw = q4 ? _mm256_sub_epi8(bytes_from_nibbles_32(((const block_q4_0 *)w)[i].qs), _mm256_set1_epi8(8))
-                          : _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)w)[i].qs);
-    const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
-    return hsum_float_8(_mm256_mul_ps(scale_8(block_d(q4, w, i), x->d), mul_sum_i8_pairs_vnni(qw, qx)));
-}
-
-TD_AVX512_VNNI TD_INLINE void dot_tile(const int q4, const int R, const int N, int64_t k, const char *vw,
-                                       int64_t row_bytes, const char *vx, int64_t x_bytes, float *y, int64_t ldy)
-{
-    const __m512i lanes = q4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
-                             : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const char *w[4];
-    const block_q8_0 *x[4];
-    __m512 acc[4][4];
-    for (int r = 0; r < R; r++)
-        w[r] = vw + r * row_bytes;
-    for (int n = 0; n < N; n++) {
-        x[n] = (const block_q8_0 *)(vx + n * x_bytes);
-        for (int r = 0; r < R; r++)
-            acc[r][n] = _mm512_setzero_ps();
-    }
-    int64_t nb = k / QK8_0, i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        __m256 dw[4], dx[4];
-        for (int r = 0; r < R; r++)
-            dw[r] = _mm256_cvtph_ps(q4 ? scales8_q4_0((const block_q4_0 *)w[r] + i)
-                                       : scales8_q8_0((const block_q8_0 *)w[r] + i));
-        for (int n = 0; n < N; n++)
-            dx[n] = _mm256_cvtph_ps(scales8_q8_0(x[n] + i));
-        for (int j = 0; j < 8; j += 2) {
-            const __m512i at = _mm512_add_epi32(lanes, _mm512_set1_epi32(j));
-            struct pair_side ws[4];
-            for (int r = 0; r < R; r++)
-                ws[r] = w_pair(q4, w[r], i + j);
-            for (int n = 0; n < N; n++) {
-                const struct pair_side xs = x_pair(q4, x[n] + i + j);
-                for (int r = 0; r < R; r++) {
-                    const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(dw[r], dx[n]));
-                    acc[r][n] = _mm512_fmadd_ps(pair_dot(q4, ws[r], xs), _mm512_permutexvar_ps(at, s), acc[r][n]);
-                }
-            }
-        }
-    }
-    for (; i + 2 <= nb; i += 2)
-        for (int n = 0; n < N; n++) {
-            const struct pair_side xs = x_pair(q4, x[n] + i);
-            for (int r = 0; r < R; r++)
-                acc[r][n] = _mm512_fmadd_ps(pair_dot(q4, w_pair(q4, w[r], i), xs),
-                                            scale_pair(block_d(q4, w[r], i), block_d(q4, w[r], i + 1), x[n][i].d,
-                                                       x[n][i + 1].d, lanes), acc[r][n]);
-        }
-    for (int n = 0; n < N; n++)
-        for (int r = 0; r < R; r++) {
-            y[n * ldy + r] = _mm512_reduce_add_ps(acc[r][n]);
-            if (i < nb)
-                y[n * ldy + r] += last_block(q4, w[r], i, x[n] + i);
-        }
-}
-
-TD_AVX512_VNNI static float vec_dot_q8_0_q8_0_avx512(int64_t k, const void *w, const void *x)
-{
-    float y;
-    dot_tile(0, 1, 1, k, w, 0, x, 0, &y, 1);
-    return y;
-}
-
-TD_AVX512_VNNI static float vec_dot_q4_0_q8_0_avx512(int64_t k, const void *w, const void *x)
-{
-    float y;
-    dot_tile(1, 1, 1, k, w, 0, x, 0, &y, 1);
-    return y;
-}
-
-/* the tiles of four weight rows, with N a constant in each */
-#define DOT_4XN(type, q4)                                                                                      \
-    TD_AVX512_VNNI static void vec_dot_4xn_##type##_q8_0_avx512(int64_t k, const void *w, int64_t row_bytes,  \
-                                                                const void *x, int64_t x_bytes, int nx,       \
-                                                                float *y, int64_t ldy)                        \
-    {                                                                                                          \
-        switch (nx) {                                                                                          \
-        case 1: dot_tile(q4, 4, 1, k, w, row_bytes, x, x_bytes, y, ldy); break;                               \
-        case 2: dot_tile(q4, 4, 2, k, w, row_bytes, x, x_bytes, y, ldy); break;                               \
-        case 3: dot_tile(q4, 4, 3, k, w, row_bytes, x, x_bytes, y, ldy); break;                               \
-        default: dot_tile(q4, 4, 4, k, w, row_bytes, x, x_bytes, y, ldy); break;                              \
-        }                                                                                                      \
-    }
-DOT_4XN(q8_0, 0)
-DOT_4XN(q4_0, 1)
-#undef DOT_4XN
-
-/* The X8 types on AVX512_VNNI: two groups side by side (16 rows, group a in lanes 0-7, b in 8-15;
-   a lone last group goes as a = b, its second half not stored) by NX (1..8) x rows. vpdpbusd takes
-   the weights as its unsigned side, in lanes of 4 quants (Q8_0X8: q + 128; Q4_0X8: the nibbles,
-   q + 8), made ready once a block for all NX x rows, and 4 quants of x broadcast to every lane. The
-   offset comes back by starting each sum at x's -offset . sum (Q8_0V). Every x number comes in by a
-   broadcast load; what remains a block is the int8 work and one cvt, mul and fma an x row. Lane r's
-   sum is row r's exact block dot product, and that fma a block follows x8_vec_dot_ref, so a row's
-   result is the readable one.
-   Two groups are two streams of memory, each a group long (k/32 blocks: 4.9 KB for k = 576) and
-   then a jump over the other: the hardware's prefetchers start over at every jump (AMD Zen 4: the
-   LM head of SmolLM2-135M, 28 MB, read at 24-34 GB/s against 65-87 in one stream, one x row), so
-   each block prefetches the same block of the pair after this one (the rows of the task after
-   this one in matmul.c, mostly the same thread's next). Zen 4, 2 threads: 8 decoding sequences of
-   SmolLM2-135M q8_0 629-679 -> 919-1038 t/s. Not measured on a Xeon, where an earlier prefetch
-   (a fixed distance ahead in each stream) gained nothing. */
-TD_AVX512_VNNI TD_INLINE void x8_tile_avx512(const int q4, const int NX, int64_t k, const char *ga, const char *gb,
-                                             int pair, const char *vx, int64_t x_bytes, float *y, int64_t ldy)
-{
-    const __m512i low = _mm512_set1_epi8(15), x80 = _mm512_set1_epi8((char)0x80);
-    const int64_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8), next = 2 * (gb - ga);
-    __m512 acc[8];
-    for (int n = 0; n < NX; n++)
-        acc[n] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < k / QK8_0; b++) {
-        const char *wa = ga + b * bytes, *wb = gb + b * bytes; /* d[8], then the runs of 32 bytes */
-        for (int64_t c = 0; pair && c < bytes; c += 64) {
-            __builtin_prefetch(wa + next + c, 0, 2);
-            __builtin_prefetch(wb + next + c, 0, 2);
-        }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)wa)), _mm_loadu_si128((const __m128i *)wb), 1));
-        __m512i uw[8]; /* lanes of 4 quants 4h..4h+3 of the 16 rows, unsigned */
-        for (int h = 0; h < 8; h++) {
-            const int run = q4 ? h % 4 : h;
-            const __m512i q = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wa + 16 + 32 * run))),
-                _mm256_loadu_si256((const __m256i *)(wb + 16 + 32 * run)), 1);
-            uw[h] = !q4 ? _mm512_xor_si512(q, x80) : _mm512_and_si512(h < 4 ? q : _mm512_srli_epi16(q, 4), low);
-        }
-#pragma GCC unroll 8 /* every x row's sums in registers (gcc stops at 64 vpdpbusd by itself) */
-        for (int n = 0; n < NX; n++) {
-            const block_q8_0v *xb = (const block_q8_0v *)(vx + n * x_bytes) + b;
-            __m512i s = _mm512_set1_epi32(xb->start);
-#pragma GCC unroll 8
-            for (int h = 0; h < 8; h++) {
-                int32_t four;
-                memcpy(&four, xb->qs + 4 * h, 4);
-                s = _mm512_dpbusd_epi32(s, uw[h], _mm512_set1_epi32(four));
-            }
-            acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[n]);
-        }
-    }
-    for (int n = 0; n < NX; n++)
-        if (pair)
-            _mm512_storeu_ps(y + n * ldy, acc[n]);
-        else
-            _mm256_storeu_ps(y + n * ldy, _mm512_castps512_ps256(acc[n]));
-}
-
-/* One x row (decoding one sequence) reads as fast as memory lets it, and then one stream is what
-   keeps memory busy: a group at a time (the groups lie one after the other), in 256-bit registers,
-   as x8_tile_avx512 does each of its halves (the same sums: the same results). On Zen 4, 2 threads,
-   SmolLM2-135M decode against pairs of groups with no prefetch: q8_0 177-183 t/s against 128-142,
-   q4_0 299-335 against 175-186 (pairs prefetching the next pair made q8_0 150-182). */
-TD_AVX512_VNNI TD_INLINE void x8_row_avx512(const int q4, int64_t k, const char *g, const block_q8_0v *xb, float *y)
-{
-    const __m256i low = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
-    const int64_t bytes = q4 ? sizeof(block_q4_0x8) : sizeof(block_q8_0x8);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / QK8_0; b++) {
-        const char *wb = g + b * bytes;
-        __m256i s = _mm256_set1_epi32(xb[b].start);
-#pragma GCC unroll 8
-        for (int h = 0; h < 8; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(wb + 16 + 32 * (q4 ? h % 4 : h)));
-            const __m256i uw = !q4 ? _mm256_xor_si256(q, x80) : _mm256_and_si256(h < 4 ? q : _mm256_srli_epi16(q, 4), low);
-            int32_t four;
-            memcpy(&four, xb[b].qs + 4 * h, 4);
-            s = _mm256_dpbusd_epi32(s, uw, _mm256_set1_epi32(four));
-        }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(xb[b].d)), acc);
-    }
-    _mm256_storeu_ps(y, acc);
-}
-
-/* vec_dot_8xn (quant.h) of each X8 type: one x row a group at a time; more, groups two at a time
-   by the x rows eight at a time */
-#define VEC_DOT_8XN_AVX512(name, q4)                                                                           \
-    TD_AVX512_VNNI static void vec_dot_8xn_##name##_avx512(int64_t k, const void *w, int64_t ngroups,          \
-                                                           int64_t group_bytes, const void *vx, int64_t x_bytes,\
-                                                           int64_t nx, float *y, int64_t ldy)                  \
-    {                                                                                                           \
-        for (int64_t g = 0; nx == 1 && g < ngroups; g++)                                                        \
-            x8_row_avx512(q4, k, (const char *)w + g * group_bytes, vx, y + 8 * g);                             \
-        for (int64_t g = 0; nx > 1 && g < ngroups; g += 2)                                                      \
-            for (int64_t i = 0; i < nx; i += 8) {                                                               \
-                const char *ga = (const char *)w + g * group_bytes, *x = (const char *)vx + i * x_bytes;        \
-                const int pair = g + 1 < ngroups;                                                               \
-                const char *gb = pair ? ga + group_bytes : ga;                                                  \
-                float *yt = y + i * ldy + 8 * g;                                                                \
-                switch (nx - i < 8 ? nx - i : 8) {                                                              \
-                case 1: x8_tile_avx512(q4, 1, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
-                case 2: x8_tile_avx512(q4, 2, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
-                case 3: x8_tile_avx512(q4, 3, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
-                case 4: x8_tile_avx512(q4, 4, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
-                case 5: x8_tile_avx512(q4, 5, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
-                case 6: x8_tile_avx512(q4, 6, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
-                case 7: x8_tile_avx512(q4, 7, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                    \
-                default: x8_tile_avx512(q4, 8, k, ga, gb, pair, x, x_bytes, yt, ldy); break;                   \
-                }                                                                                               \
-            }                                                                                                   \
-    }
-VEC_DOT_8XN_AVX512(q8_0x8_q8_0v, 0)
-VEC_DOT_8XN_AVX512(q4_0x8_q8_0v, 1)
-#undef VEC_DOT_8XN_AVX512
-
-/* the extension each AVX-512 entry needs; without it the AVX2 entry is used */
-static const int needs_ext[TD_NTYPES] = {[TD_BF16] = TD_EXT_BF16, [TD_Q8_0] = TD_EXT_VNNI, [TD_Q4_0] = TD_EXT_VNNI,
-                                          [TD_Q8_0X8] = TD_EXT_VNNI, [TD_Q4_0X8] = TD_EXT_VNNI};
+static struct type_traits traits_avx2[TD_NTYPES], traits_avx512[TD_NTYPES];
+#elif defined(__aarch64__)
+static struct type_traits traits_neon[TD_NTYPES], traits_dotprod[TD_NTYPES];
 #endif
 
-#define TD_ISA_FILE "quant_isa.h"
-#include "foreach_isa.h"
-
-#if defined(__aarch64__)
-/* ---- the exception on arm64: the int8 dot products with dotprod (sdot: a lane's 4 products summed
-   in one instruction, where vmull_s8 widens to int16 and adds pairs in two) ---- */
-
-TD_INLINE float fp16_neon(td_fp16_t h)
+/* t = base with own's non-empty fields in, type by type */
+static __attribute__((unused)) void merge(struct type_traits *t, const struct type_traits *base,
+                                          const struct type_traits *own)
 {
-    __fp16 f;
-    memcpy(&f, &h, 2);
-    return (float)f;
-}
-
-TD_DOTPROD static float vec_dot_q8_0_q8_0_dotprod(int64_t k, const void *vw, const void *vx)
-{
-    const block_q8_0 *w = vw, *x = vx;
-    float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t i = 0; i < k / QK8_0; i++) {
-        int32x4_t s = vdotq_s32(vdupq_n_s32(0), vld1q_s8(w[i].qs), vld1q_s8(x[i].qs));
-        s = vdotq_s32(s, vld1q_s8(w[i].qs + 16), vld1q_s8(x[i].qs + 16));
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(s), fp16_neon(w[i].d) * fp16_neon(x[i].d));
+    for (int i = 0; i < TD_NTYPES; i++) {
+        const struct type_traits *o = &own[i];
+        t[i] = base[i];
+        if (o->to_float)
+            t[i].to_float = o->to_float;
+        if (o->to_float_lane)
+            t[i].to_float_lane = o->to_float_lane;
+        if (o->from_float) {
+            t[i].from_float = o->from_float, t[i].x_to_float = o->x_to_float;
+            t[i].x_blck_size = o->x_blck_size, t[i].x_type_size = o->x_type_size;
+        }
+        if (o->vec_dot)
+            t[i].vec_dot = o->vec_dot;
+        if (o->vec_dot_4xn)
+            t[i].vec_dot_4xn = o->vec_dot_4xn;
+        if (o->vec_dot_8xn)
+            t[i].vec_dot_8xn = o->vec_dot_8xn;
     }
-    return vaddvq_f32(acc);
 }
 
-TD_DOTPROD static float vec_dot_q4_0_q8_0_dotprod(int64_t k, const void *vw, const void *vx)
+__attribute__((constructor)) static void merge_tables(void)
 {
-    const block_q4_0 *w = vw;
-    const block_q8_0 *x = vx;
-    float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t i = 0; i < k / QK4_0; i++) {
-        const uint8x16_t q = vld1q_u8(w[i].qs);
-        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), vdupq_n_s8(8));
-        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vdupq_n_s8(8));
-        int32x4_t s = vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(x[i].qs));
-        s = vdotq_s32(s, hi, vld1q_s8(x[i].qs + 16));
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(s), fp16_neon(w[i].d) * fp16_neon(x[i].d));
-    }
-    return vaddvq_f32(acc);
-}
-
-/* NEON's table with the dotprod entries in, made once at load */
-static struct type_traits type_traits_dotprod[TD_NTYPES];
-
-__attribute__((constructor)) static void make_type_traits_dotprod(void)
-{
-    memcpy(type_traits_dotprod, type_traits_neon, sizeof type_traits_dotprod);
-    type_traits_dotprod[TD_Q8_0].vec_dot = vec_dot_q8_0_q8_0_dotprod;
-    type_traits_dotprod[TD_Q4_0].vec_dot = vec_dot_q4_0_q8_0_dotprod;
-}
+#if defined(__x86_64__)
+    merge(traits_avx2, td_traits_c, td_traits_avx2);
+    merge(traits_avx512, td_traits_c, td_traits_avx512);
+#elif defined(__aarch64__)
+    merge(traits_neon, td_traits_c, td_traits_neon);
+    merge(traits_dotprod, traits_neon, td_traits_dotprod);
 #endif
+}
 
 const struct type_traits *td_type_traits(enum td_type type)
 {
 #if defined(__x86_64__)
-    if (td_simd == TD_SIMD_AVX512 && (td_simd_ext & needs_ext[type]) != needs_ext[type])
-        return &type_traits_avx2[type];
+    const int needs = td_traits_avx512_needs[type];
+    if (td_simd == TD_SIMD_AVX512)
+        return (td_simd_ext & needs) == needs ? &traits_avx512[type] : &traits_avx2[type];
+    if (td_simd == TD_SIMD_AVX2)
+        return &traits_avx2[type];
 #elif defined(__aarch64__)
-    if (td_simd == TD_SIMD_NEON && (td_simd_ext & TD_EXT_DOTPROD))
-        return &type_traits_dotprod[type];
+    if (td_simd == TD_SIMD_NEON)
+        return td_simd_ext & TD_EXT_DOTPROD ? &traits_dotprod[type] : &traits_neon[type];
 #endif
-    return &(*TD_PICK(type_traits))[type];
+    return &td_traits_c[type];
 }
 
 int td_interleave(enum td_type type)

@@ -1,11 +1,18 @@
 /* quant.h: the weight types beside f32, in llama.cpp's layouts byte for byte (ggml-common.h), and
    what the matmul kernels need of each type (ggml's type_traits).
 
-   A weight row of k numbers is k halves (f16), k bfloat16s (bf16), or k/32 blocks of a scale and
-   32 small integers (Q8_0, Q4_0). To multiply, each x (activation) row is first converted, once
-   per call, to the type its dot product with a weight row wants (ggml's vec_dot_type):
-     Q8_0 and Q4_0 weights: x quantized to Q8_0 blocks, so a block's dot product is integer
-       (int8 x int8 -> int32, exact), scaled by d_x * d_w;
+   A weight row of k numbers is k halves (f16), k bfloat16s (bf16), or blocks of a scale (or two,
+   or sub-block scales) and small integers: k/32 blocks of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL;
+   k/256 super-blocks of the K-quants Q2_K .. Q6_K, Q8_K and of IQ4_XS. To multiply, each x
+   (activation) row is first converted, once per call, to the type its dot product with a weight
+   row wants (ggml's vec_dot_type), so that a block's dot product is integer (exact):
+     Q8_0, Q4_0, Q5_0, IQ4_NL: x quantized to Q8_0 blocks, each block's integer dot product
+       scaled by d_x * d_w;
+     Q4_1, Q5_1: x to Q8_1 (Q8_0 and d_x * the sum of its quants, which the weights' minimum m
+       multiplies);
+     the K-quants and IQ4_XS: x to Q8_K (256 quants, an f32 scale and the sums of each 16), each
+       sub-block's integer dot product times its integer scale, summed in int32, the minimums
+       through the sums of 16;
      bf16 weights on a CPU with AVX512_BF16: x rounded to bf16, for the bf16 dot instruction;
      otherwise x stays f32 and the weights are widened as they are read.
    Every path of a type sees the same converted x, so a row's result does not depend on how many
@@ -29,6 +36,106 @@ typedef struct {
     uint8_t qs[QK4_0 / 2]; /* weight j in the low nibble of qs[j], weight j+16 in the high one;
                               weight = d * (nibble - 8) */
 } block_q4_0;              /* 18 bytes: 4.5 bits a weight */
+
+#define QK4_1 32
+typedef struct {
+    td_fp16_t d, m;        /* scale (the block's range / 15) and minimum */
+    uint8_t qs[QK4_1 / 2]; /* weight j in the low nibble of qs[j], weight j+16 in the high one;
+                              weight = d * nibble + m */
+} block_q4_1;              /* 20 bytes: 5 bits a weight */
+
+#define QK5_0 32
+typedef struct {
+    td_fp16_t d;           /* scale: the block's value of largest magnitude / -16 */
+    uint8_t qh[4];         /* bit j of the little-endian uint32: the fifth bit of weight j */
+    uint8_t qs[QK5_0 / 2]; /* the low four bits, nibbles as block_q4_0's; weight = d * (q - 16) */
+} block_q5_0;              /* 22 bytes: 5.5 bits a weight */
+
+#define QK5_1 32
+typedef struct {
+    td_fp16_t d, m;        /* scale (range / 31) and minimum */
+    uint8_t qh[4];         /* as block_q5_0's */
+    uint8_t qs[QK5_1 / 2]; /* as block_q5_0's; weight = d * q + m */
+} block_q5_1;              /* 24 bytes: 6 bits a weight */
+
+#define QK4_NL 32
+typedef struct {
+    td_fp16_t d;            /* scale */
+    uint8_t qs[QK4_NL / 2]; /* 4-bit indices, nibbles as block_q4_0's; weight = d * kvalues_iq4nl[index] */
+} block_iq4_nl;             /* 18 bytes: 4.5 bits a weight */
+
+/* IQ4_NL's and IQ4_XS's 16 values, a non-linear grid denser near 0 (ggml-common.h) */
+static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Q8_1: an x row for Q4_1 and Q5_1 (made per call; ggml's vec_dot_type of theirs): Q8_0 with s =
+   d * the sum of its quants (d in f32 before its f16 rounding, as ggml's quantize_row_q8_1_ref),
+   so that a weight block's minimum m contributes m * s in one product */
+#define QK8_1 32
+typedef struct {
+    td_fp16_t d, s;   /* as block_q8_0.d; d * (qs[0] + ... + qs[31]) */
+    int8_t qs[QK8_1]; /* as block_q8_0.qs */
+} block_q8_1;         /* 36 bytes */
+
+/* The K-quants: a super-block of QK_K = 256 weights in sub-blocks of 16 or 32, each sub-block's
+   scale (and minimum) a small integer times the super-block's f16 d (and dmin). Sub-block s holds
+   weights 16s..16s+15 (or 32s..32s+31). */
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef struct {
+    uint8_t scales[QK_K / 16]; /* sub-block s of 16: scale d * (scales[s] & 15), minimum dmin * (scales[s] >> 4) */
+    uint8_t qs[QK_K / 4];      /* 2-bit quants: weight 128h + 32j + l (h < 2, j < 4, l < 32) in bits 2j..2j+1
+                                  of qs[32h + l]; weight = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4) */
+    td_fp16_t d, dmin;
+} block_q2_K;                  /* 84 bytes: 2.625 bits a weight */
+
+typedef struct {
+    uint8_t hmask[QK_K / 8];  /* bit j of hmask[l]: weight 32j + l's high bit, set for 0..3, clear for -4..-1 */
+    uint8_t qs[QK_K / 4];     /* the low 2 bits, placed as block_q2_K's */
+    uint8_t scales[K_SCALE_SIZE]; /* 16 6-bit scales: scale s's low 4 bits are byte s % 8's low (s < 8)
+                                     or high nibble, its high 2 bits bits 2(s / 4)..+1 of byte 8 + s % 4;
+                                     sub-block s of 16 scales by d * (that - 32) */
+    td_fp16_t d;              /* weight = d * (scale - 32) * (low bits - (high bit ? 0 : 4)) */
+} block_q3_K;                 /* 110 bytes: 3.4375 bits a weight */
+
+typedef struct {
+    td_fp16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE]; /* 8 6-bit scales and 8 6-bit minimums of sub-blocks of 32: for s < 4,
+                                     scale s = scales[s] & 63, minimum s = scales[s + 4] & 63; for s >= 4,
+                                     scale s = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4, minimum s =
+                                     (scales[s + 4] >> 4) | (scales[s] >> 6) << 4 (ggml's get_scale_min_k4) */
+    uint8_t qs[QK_K / 2];     /* weight 64j + l (l < 32) in the low nibble of qs[32j + l], 64j + 32 + l in
+                                 the high one; weight = d * scale * q - dmin * minimum */
+} block_q4_K;                 /* 144 bytes: 4.5 bits a weight */
+
+typedef struct {
+    td_fp16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE]; /* as block_q4_K's */
+    uint8_t qh[QK_K / 8];     /* bit j of qh[l]: the fifth bit of weight 32j + l */
+    uint8_t qs[QK_K / 2];     /* the low 4 bits, placed as block_q4_K's */
+} block_q5_K;                 /* 176 bytes: 5.5 bits a weight */
+
+typedef struct {
+    uint8_t ql[QK_K / 2];      /* low 4 bits: weight 128h + 64n + l (l < 64) in nibble n of ql[64h + l] */
+    uint8_t qh[QK_K / 4];      /* high 2 bits: weight 128h + 32j + l (l < 32) in bits 2j..2j+1 of qh[32h + l] */
+    int8_t scales[QK_K / 16];  /* signed scales of sub-blocks of 16 */
+    td_fp16_t d;               /* weight = d * scales[s] * (q - 32) */
+} block_q6_K;                  /* 210 bytes: 6.5625 bits a weight */
+
+/* Q8_K: the K-quants' x row (ggml's vec_dot_type of theirs and IQ4_XS's), and a weight type too */
+typedef struct {
+    float d;                   /* 1 / iscale, iscale = -127 / (the value of largest magnitude) */
+    int8_t qs[QK_K];           /* weight j = d * qs[j] */
+    int16_t bsums[QK_K / 16];  /* qs[16s] + ... + qs[16s + 15] */
+} block_q8_K;                  /* 292 bytes: 9.125 bits a weight */
+
+typedef struct {
+    td_fp16_t d;
+    uint16_t scales_h;         /* bits 2s..2s+1: the high 2 bits of sub-block s's 6-bit scale */
+    uint8_t scales_l[QK_K / 64]; /* nibble s % 2 of scales_l[s / 2]: its low 4 bits */
+    uint8_t qs[QK_K / 2];      /* 4-bit indices: sub-block s of 32 in qs[16s..16s+15], nibbles as block_q4_0's;
+                                  weight = d * (scale - 32) * kvalues_iq4nl[index] */
+} block_iq4_xs;                /* 136 bytes: 4.25 bits a weight */
 
 /* Q8_0X8 and Q4_0X8: Q8_0 and Q4_0 repacked at load (never stored in a file), block b of 8 rows side
    by side, so that one 256-bit load holds 4 quants of each of the 8 rows and the dot products of the
@@ -77,6 +184,11 @@ _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match GGUF's 34 bytes"
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "block_q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "block_q4_0x8 is 8 Q4_0 blocks");
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match GGUF's 18 bytes");
+_Static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 &&
+               sizeof(block_iq4_nl) == 18 && sizeof(block_q8_1) == 36, "the 32-blocks must match GGUF's sizes");
+_Static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
+               sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292 &&
+               sizeof(block_iq4_xs) == 136, "the super-blocks must match GGUF's sizes");
 
 typedef void (*to_float_fn)(const void *w, float *y, int64_t k);      /* y[k] = k numbers of a row */
 typedef void (*from_float_fn)(const float *x, void *y, int64_t k);    /* an x row to vec_dot's type */
@@ -111,8 +223,20 @@ struct type_traits {
     vec_dot_8xn_fn vec_dot_8xn;
 };
 
-/* the functions for the SIMD level in use (and the extensions it may use) */
+/* the functions for the SIMD level in use (and the extensions it may use): quant.c */
 const struct type_traits *td_type_traits(enum td_type type);
+
+/* each level's own functions (quant.c merges them over plain C's): every field of every type in
+   plain C (quant_ref.c); on x86-64 AVX2's and AVX-512's, and the extension each AVX-512 entry
+   needs (quant_x86.c); on arm64 NEON's and what dotprod adds to them (quant_arm.c) */
+extern const struct type_traits td_traits_c[TD_NTYPES];
+extern const struct type_traits td_traits_avx2[TD_NTYPES], td_traits_avx512[TD_NTYPES];
+extern const int td_traits_avx512_needs[TD_NTYPES];
+extern const struct type_traits td_traits_neon[TD_NTYPES], td_traits_dotprod[TD_NTYPES];
+
+/* a table entry's x type when it is Q8_0, made by the level's quantize_row_q8_0 */
+#define TD_X_Q8_0(isa) .from_float = quantize_row_q8_0_##isa, .x_to_float = q8_0_to_float_##isa, \
+                       .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0)
 
 /* ys[j][n,ms[j]] = x[n,k] @ ws[j]^T for up to 4 Q8_0, Q4_0, Q8_0X8 or Q4_0X8 weights of one type,
    one job for all, in int8 on AVX512_VNNI (gemm_q8.c); 0, or -1 out of scratch memory */

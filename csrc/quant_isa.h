@@ -1,18 +1,25 @@
-/* quant_isa.h: quant.h's row functions for one instruction set (included by foreach_isa.h, see
-   there), each written once: weights to f32, an x row to Q8_0, the dot products, and the table
-   of them (ggml's type_traits). What only an instruction set can do is a primitive below, picked
-   by PLAIN (plain C), NEON (arm64) or VL (8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32; bytes
-   and words <-> int32 lanes (GCC 12 turns the vector extensions' conversions of these into one
-   scalar move a lane); the largest lane; and the int8 dot product of one block (maddubs on AVX2,
-   vmull_s8 on NEON).
+/* quant_isa.h: the row functions every instruction set has in the same shape, written once and
+   compiled per instruction set (quant_ref.c: plain C, suffix _c; quant_x86.c: AVX2 and AVX-512,
+   _avx2 and _avx512; quant_arm.c: NEON, _neon), each file instancing it as foreach_isa.h does: f16
+   and bf16 rows to f32 and their dot product with an f32 x; Q8_0 and Q4_0 rows to f32, an x row
+   to Q8_0 (and to Q8_0S and Q8_0V, the X8 kernels' x rows), and their integer dot products. What
+   only an instruction set can do is a primitive below, picked by PLAIN (plain C), NEON (arm64) or
+   VL (8 AVX2 + FMA + F16C, 16 AVX-512): f16 <-> f32; bytes and words <-> int32 lanes (GCC 12 turns
+   the vector extensions' conversions of these into one scalar move a lane); the largest lane; and
+   the int8 dot product of one block (maddubs on AVX2, vmull_s8 on NEON).
+
+   Why it stays generic: these are one algorithm at four widths, and a conversion written once
+   gives the same numbers on every level by construction (x to Q8_0 above all: every path of a
+   type must see the same x). The kernels whose shape is their own (register tiles, the X8 groups,
+   the extension instructions, and every format beyond Q8_0 and Q4_0) are written per file
+   instead, and each file's table names the functions it has (quant.c merges them).
 
    Every path gives the same numbers where the order of float operations allows it (weights to
    f32, x to Q8_0), so a dot product's result depends only on its summation order. Plain C keeps
    ggml's reference order: a float sum term after term, and each block's int8 dot product whole
    in lane 0 (so vsum of the accumulator is that one sum). The AVX-512 bf16 and int8 dot products
-   need an extension and are hand-written in quant.c (see there for why), under the names ISA()
-   gives them here; so are NEON's with the dotprod extension (sdot), which td_type_traits gives
-   instead of this file's where the CPU has it. */
+   need an extension and are hand-written in quant_x86.c, and so are NEON's with the dotprod
+   extension (sdot) in quant_arm.c: under VL == 16 this file leaves them out. */
 #include "exp_isa.h"
 
 typedef int32_t ISA(vi) __attribute__((vector_size(4 * VL)));   /* VL lanes of int32 */
@@ -337,7 +344,7 @@ TARGET TD_INLINE float ISA(dot_16bit)(int64_t k, const uint16_t *h, const float 
 
 TARGET static float ISA(vec_dot_f16)(int64_t k, const void *w, const void *x) { return ISA(dot_16bit)(k, w, x, 0); }
 
-#if VL != 16 /* AVX-512: quant.c's AVX512_BF16 and AVX512_VNNI kernels, under the names ISA() gives */
+#if VL != 16 /* AVX-512: quant_x86.c's AVX512_BF16 and AVX512_VNNI kernels instead */
 TARGET static float ISA(vec_dot_bf16)(int64_t k, const void *w, const void *x) { return ISA(dot_16bit)(k, w, x, 1); }
 
 /* each block's exact int32 dot product, scaled by d_w * d_x into VL float sums */
@@ -360,65 +367,3 @@ TARGET static float ISA(vec_dot_q4_0_q8_0)(int64_t k, const void *vw, const void
     return vsum(acc);
 }
 #endif
-
-/* f32 x (from_float NULL): x_to_float is never needed, the GEMM reads x itself */
-static const struct type_traits ISA(type_traits)[TD_NTYPES] = {
-    [TD_F16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = ISA(f16_to_float), .x_blck_size = 1,
-                .x_type_size = 4,
-                .vec_dot = ISA(vec_dot_f16)},
-    [TD_BF16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = ISA(bf16_to_float), .x_blck_size = 1,
-#if VL == 16 /* x rounded to bf16 for vdpbf16ps */
-                 .from_float = ISA(bf16_from_float), .x_to_float = ISA(bf16_to_float), .x_type_size = 2,
-#else
-                 .x_type_size = 4,
-#endif
-                 .vec_dot = ISA(vec_dot_bf16)},
-    [TD_Q8_0] = {.rows = 1, .blck_size = QK8_0, .type_size = sizeof(block_q8_0), .to_float = ISA(q8_0_to_float),
-                 .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
-                 .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q8_0_q8_0),
-#if VL >= 8 /* tiles of weight rows by x rows sharing the work on each (quant.c) */
-                 .vec_dot_4xn = ISA(vec_dot_4xn_q8_0_q8_0),
-#endif
-                },
-    [TD_Q4_0] = {.rows = 1, .blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float = ISA(q4_0_to_float),
-                 .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float), .x_blck_size = QK8_0,
-                 .x_type_size = sizeof(block_q8_0), .vec_dot = ISA(vec_dot_q4_0_q8_0),
-#if VL >= 8
-                 .vec_dot_4xn = ISA(vec_dot_4xn_q4_0_q8_0),
-#endif
-                },
-    /* panels: only the f32 GEMM reads them, x as it is (never rounded to bf16: no vdpbf16ps path) */
-    [TD_F32P] = {.rows = TD_PANEL, .blck_size = 1, .type_size = 4, .to_float_lane = f32p_to_float_lane,
-                 .x_blck_size = 1, .x_type_size = 4},
-    [TD_F16P] = {.rows = TD_PANEL, .blck_size = 1, .type_size = 2, .to_float_lane = f16p_to_float_lane,
-                 .x_blck_size = 1, .x_type_size = 4},
-    [TD_BF16P] = {.rows = TD_PANEL, .blck_size = 1, .type_size = 2, .to_float_lane = bf16p_to_float_lane,
-                  .x_blck_size = 1, .x_type_size = 4},
-    [TD_Q8_0X8] = {.rows = 8, .blck_size = QK8_0, .type_size = sizeof(block_q8_0),
-                   .to_float_lane = q8_0x8_to_float_lane, .x_blck_size = QK8_0,
-#if VL == 16 /* quant.c's AVX512_VNNI kernels, x as Q8_0V */
-                   .from_float = ISA(quantize_row_q8_0v_128), .x_to_float = ISA(q8_0v_to_float),
-                   .x_type_size = sizeof(block_q8_0v), .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0v_avx512,
-#elif VL == 8 /* quant.c's AVX2 kernels */
-                   .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float),
-                   .x_type_size = sizeof(block_q8_0), .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_avx2,
-#else
-                   .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float),
-                   .x_type_size = sizeof(block_q8_0),
-                   .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_ref,
-#endif
-                  },
-    [TD_Q4_0X8] = {.rows = 8, .blck_size = QK4_0, .type_size = sizeof(block_q4_0),
-                   .to_float_lane = q4_0x8_to_float_lane, .x_blck_size = QK8_0,
-#if VL == 16 /* quant.c's AVX512_VNNI kernels, x as Q8_0V */
-                   .from_float = ISA(quantize_row_q8_0v_8), .x_to_float = ISA(q8_0v_to_float),
-                   .x_type_size = sizeof(block_q8_0v), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0v_avx512,
-#elif VL == 8 /* x as Q8_0S: each block's sum made once */
-                   .from_float = ISA(quantize_row_q8_0s), .x_to_float = ISA(q8_0s_to_float),
-                   .x_type_size = sizeof(block_q8_0s), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0s_avx2,
-#else
-                   .from_float = ISA(quantize_row_q8_0), .x_to_float = ISA(q8_0_to_float),
-                   .x_type_size = sizeof(block_q8_0), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0_ref,
-#endif
-                  },
-};

@@ -35,11 +35,13 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
 /* the x rows from which f32 weights go through the GEMM instead of register tiles (this CPU's) */
 int64_t td_gemm_min_rows(void);
 
-/* weight types: f32, or stored as quant.h has them: f16 and bf16 w[m,k], Q8_0 and Q4_0 w[m,k/32]
-   blocks (k % 32 == 0), Q8_0X8 and Q4_0X8: their rows interleaved 8 at a time, w[m/8,k/32]
+/* weight types: f32, or stored as quant.h has them: f16 and bf16 w[m,k]; Q8_0, Q4_0, Q4_1, Q5_0,
+   Q5_1 and IQ4_NL w[m,k/32] blocks (k % 32 == 0); the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K
+   and IQ4_XS w[m,k/256] super-blocks (k % 256 == 0); Q8_0X8 and Q4_0X8: their rows interleaved 8 at a time, w[m/8,k/32]
    groups of blocks (m % 8 == 0), and F32P, F16P and BF16P: f32, f16 and bf16 rows in the GEMM's
    panels of TD_PANEL, w[m/TD_PANEL,k,TD_PANEL] (m % TD_PANEL == 0; quant.h) */
 enum td_type { TD_F32 = -1, TD_F16, TD_BF16, TD_Q8_0, TD_Q4_0, TD_Q8_0X8, TD_Q4_0X8, TD_F32P, TD_F16P, TD_BF16P,
+               TD_Q4_1, TD_Q5_0, TD_Q5_1, TD_IQ4_NL, TD_Q2_K, TD_Q3_K, TD_Q4_K, TD_Q5_K, TD_Q6_K, TD_Q8_K, TD_IQ4_XS,
                TD_NTYPES };
 enum { TD_PANEL = 32 };
 

@@ -3,8 +3,10 @@ running it ends in a clean error (one line, exit 1 or 2) or a run, never a trace
 a hang.
 
 For each format (safetensors: header and data; GGUF; config.json; tokenizer.json; the sharded
-index) a seeded loop mutates the fixtures in tests/fixtures/: bit flips and huge numbers (biased
-to the header), truncations, deletions, insertions; for JSON (a safetensors header too), values
+index; and a GGUF file of the block formats beyond Q8_0 and Q4_0, made here: every matrix of another
+one of them, random blocks with small scales) a seeded loop mutates the fixtures in tests/fixtures/:
+bit flips and huge numbers (biased to the header, or for the block formats to the blocks' scales:
+NaN, inf, huge), truncations, deletions, insertions; for JSON (a safetensors header too), values
 swapped for another type, huge or non-finite numbers, deleted keys and items; for GGUF, the file
 rewritten with a metadata value at the edge of its type or of another type, a key or a tensor gone.
 Each mutant is loaded and run (logits, a 3-token greedy generation, a decode) by a worker process
@@ -129,11 +131,6 @@ def mutate_safetensors(data, rng):
     return mutate_bytes(data, rng, 8 + n)
 
 
-def gguf_header_size():
-    from tinydiff.formats.gguf import open_gguf
-    return open_gguf(GGUF).data_start
-
-
 INT_RANGES = {"uint8": (0, 2**8), "int8": (-2**7, 2**7), "uint16": (0, 2**16), "int16": (-2**15, 2**15),
               "uint32": (0, 2**32), "int32": (-2**31, 2**31), "uint64": (0, 2**64), "int64": (-2**63, 2**63)}
 
@@ -165,11 +162,11 @@ def gguf_value(kind, value, rng):
     return items
 
 
-def mutate_gguf_semantics(path, rng):
-    """The GGUF fixture rewritten with one metadata value changed (same type, or another), a key
+def mutate_gguf_semantics(path, rng, base=GGUF):
+    """A GGUF fixture rewritten with one metadata value changed (same type, or another), a key
     or a tensor dropped, or a tensor renamed: what byte flips rarely reach."""
     from tinydiff.formats.gguf import GGML_TYPES, Planned, open_gguf, write_gguf
-    f = open_gguf(GGUF)
+    f = open_gguf(base)
     meta = {k: (f.value_types[k], v) for k, v in f.metadata.items() if k != "general.alignment"}
     tensors = {name: Planned(GGML_TYPES[t.type][0].lower(), f.shape(name), lambda a=f.raw(name): a)
                for name, t in f.tensors.items()}
@@ -191,10 +188,74 @@ def mutate_gguf_semantics(path, rng):
     write_gguf(path, meta, tensors)
 
 
+# The block formats beyond Q8_0 and Q4_0, a matrix each, in a llama model of hidden size 256 (the
+# K-quants' rows are whole super-blocks): the vocabulary and rope settings of the GGUF fixture.
+BLOCK_TYPES = {"token_embd": "q6_k", "output": "q4_k",
+               "blk.0": {"attn_q": "q4_k", "attn_k": "q5_k", "attn_v": "q6_k", "attn_output": "q3_k",
+                         "ffn_gate": "q2_k", "ffn_up": "iq4_xs", "ffn_down": "q8_k"},
+               "blk.1": {"attn_q": "q4_1", "attn_k": "q5_0", "attn_v": "q5_1", "attn_output": "iq4_nl",
+                         "ffn_gate": "q4_k", "ffn_up": "q5_k", "ffn_down": "q6_k"}}
+
+
+def block_formats_gguf(path):
+    """Writes the fixture of the block formats: every matrix random blocks of its type (BLOCK_TYPES),
+    scales small enough that activations stay finite, norms ones."""
+    import numpy as np
+
+    from tinydiff.formats import quant
+    from tinydiff.formats.gguf import open_gguf, write_gguf
+    rng = np.random.default_rng(SEED)
+    f = open_gguf(GGUF)
+    d, ff, vocab = 256, 512, f.metadata["llama.vocab_size"]
+    meta = {k: (f.value_types[k], v) for k, v in f.metadata.items() if k != "general.alignment"}
+    meta.update({"llama.embedding_length": ("uint32", d), "llama.feed_forward_length": ("uint32", ff),
+                 "llama.rope.dimension_count": ("uint32", 64), "general.file_type": ("uint32", 15)})
+    shapes = {"attn_q": (d, d), "attn_k": (d // 2, d), "attn_v": (d // 2, d), "attn_output": (d, d),
+              "ffn_gate": (ff, d), "ffn_up": (ff, d), "ffn_down": (d, ff)}
+
+    def matrix(name, rows, cols):
+        dt = quant.READS[name]
+        w = rng.integers(0, 256, (rows, cols // quant.BLOCK[dt] * dt.itemsize), dtype=np.uint8).view(dt)
+        for field in quant.SCALES[dt]:
+            w[field] = rng.normal(0, 1e-3 if dt.itemsize > 40 else 2e-2, w[field].shape)
+        return w
+
+    tensors = {"token_embd.weight": matrix(BLOCK_TYPES["token_embd"], vocab, d)}
+    for layer in ("blk.0", "blk.1"):
+        tensors[f"{layer}.attn_norm.weight"] = np.ones(d, np.float32)
+        tensors[f"{layer}.ffn_norm.weight"] = np.ones(d, np.float32)
+        for part, name in BLOCK_TYPES[layer].items():
+            tensors[f"{layer}.{part}.weight"] = matrix(name, *shapes[part])
+    tensors["output_norm.weight"] = np.ones(d, np.float32)
+    tensors["output.weight"] = matrix(BLOCK_TYPES["output"], vocab, d)
+    write_gguf(path, meta, tensors)
+    return path
+
+
+def mutate_block_scales(data, rng, base):
+    """One block's scale in the block-formats fixture set to NaN, inf, a huge or a tiny number."""
+    import numpy as np
+
+    from tinydiff.formats import quant
+    from tinydiff.formats.gguf import open_gguf
+    f = open_gguf(base)
+    name = rng.choice([n for n in f.tensors if quant.SCALES.get(f.raw(n).dtype)])
+    a, t = f.raw(name), f.entry(name)
+    field = rng.choice(quant.SCALES[a.dtype])
+    i = rng.randrange(a.size)
+    at = f.data_start + t.offset + i * a.dtype.itemsize + a.dtype.fields[field][1]
+    width = a.dtype.fields[field][0].itemsize
+    value = rng.choice([np.nan, np.inf, -np.inf] + ([6e4, 6e-8] if width == 2 else [3e38, 1e-38]))
+    out = bytearray(data)
+    out[at:at + width] = np.array(value, "<f2" if width == 2 else "<f4").tobytes()
+    return bytes(out)
+
+
 # format -> (the fixture folders or files it starts from, the file mutated, how)
 FORMATS = {
     "safetensors": (["llama-gqa", "llama-bf16", "qwen2-bias"], "model.safetensors", mutate_safetensors),
     "gguf": ([GGUF.name], None, None),
+    "gguf block formats": (["block-formats.gguf"], None, None),    # made by block_formats_gguf
     "config": (["llama-gqa", "qwen2-bias", "mistral", "llama-tied-headdim"], "config.json", mutate_json_text),
     "tokenizer": (["llama-gqa", "qwen2-bias"], "tokenizer.json", mutate_json_text),
     "index": (["llama-sharded"], "model.safetensors.index.json", mutate_json_text),
@@ -209,16 +270,24 @@ def make_mutants(fmt, count, folder, seed):
     files but the mutated one), GGUF files or tokenizer.json files."""
     rng = random.Random(f"{seed}-{fmt}")
     bases, name, mutate = FORMATS[fmt]
+    start = None                                   # the GGUF file the mutants start from
     if fmt == "gguf":
-        data, hot = GGUF.read_bytes(), gguf_header_size()
+        start = GGUF
+    elif fmt == "gguf block formats":
+        start = block_formats_gguf(folder / "block-formats.gguf")
+    if start:
+        from tinydiff.formats.gguf import open_gguf
+        data, hot = start.read_bytes(), open_gguf(start).data_start
     mutants = []
     for i in range(count):
-        if fmt == "gguf":
-            path = folder / f"{fmt}-{i}.gguf"
-            if rng.random() < 0.5:
+        if start:
+            path = folder / f"{fmt.replace(' ', '-')}-{i}.gguf"
+            if start != GGUF and rng.random() < 0.3:
+                path.write_bytes(mutate_block_scales(data, rng, start))
+            elif rng.random() < 0.5:
                 path.write_bytes(mutate_bytes(data, rng, hot))
             else:
-                mutate_gguf_semantics(path, rng)
+                mutate_gguf_semantics(path, rng, start)
         elif fmt == "tokenizer alone":
             path = folder / f"tokenizer-{i}.json"
             path.write_bytes(mutate((FIXTURES / "tokenizers" / rng.choice(bases)).read_bytes(), rng))

@@ -230,7 +230,7 @@ def test_errors():
     assert K.matmul(np.zeros((0, 64), np.float32), q).shape == (0, 6)
 
 
-@pytest.mark.parametrize("name", quant.TYPES)
+@pytest.mark.parametrize("name", quant.TYPES)   # the read-only block types: test_block_formats.py
 def test_embedding_gathers_any_type(name):
     table = quant.quantize(data(10, 50, 64), name)
     ids = np.array([3, 0, 49, 3])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tinydiff.errors import UsageError
 from tinydiff.formats import quant
 
-ALL = list(quant.TYPES)
+ALL = list(quant.TYPES)   # the types quantize makes (the others read only: test_block_formats.py)
 
 
 def block(*values):
@@ -50,7 +50,9 @@ def test_errors():
     with pytest.raises(UsageError, match="multiple of 32"):
         quant.quantize(np.ones((2, 33), np.float32), "q4_0")
     with pytest.raises(UsageError, match="unknown weight type"):
-        quant.quantize(np.ones((2, 32), np.float32), "q5_k")
+        quant.quantize(np.ones((2, 32), np.float32), "q7_z")
+    with pytest.raises(UsageError, match="reads q5_k weights but does not write them"):
+        quant.quantize(np.ones((2, 256), np.float32), "q5_k")
     with pytest.raises(UsageError):
         quant.dequantize(np.ones(3, np.int16))
 

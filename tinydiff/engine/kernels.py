@@ -2,8 +2,8 @@
 
 Inputs are read as float32 C-contiguous arrays: one that already is one is passed zero-copy
 (weights are never copied); anything else (float64, int, a strided slice) is copied explicitly
-first. Weights may also be of another weight type (tinydiff.formats.quant: f16, bf16, Q8_0, Q4_0), read in
-place in their own type; those must be C-contiguous. `out` must already be right (float32,
+first. Weights may also be of another weight type (tinydiff.formats.quant: f16, bf16, Q8_0, Q4_0, and
+the formats of kquants.py: Q4_1 .. IQ4_XS), read in place in their own type; those must be C-contiguous. `out` must already be right (float32,
 C-contiguous, writable, the result's shape) or ValueError is raised; results are never written to
 a copy. out may be the input itself for the elementwise/row kernels (rmsnorm, softmax, silu_mul),
 never for matmul or attention. rope works in place, so its x must be float32 C-contiguous. The C
@@ -27,7 +27,7 @@ import numpy as np
 
 from .._kernels import ffi, lib
 from ..errors import UsageError, is_integer
-from ..formats import quant
+from ..formats import kquants, quant
 from . import cost, ledger
 from .masks import CAUSAL, AttentionMask
 
@@ -54,7 +54,9 @@ _TYPES = {_F32: (lib.TD_F32, 1), np.dtype(np.float16): (lib.TD_F16, 1), quant.BF
           quant.Q8_0: (lib.TD_Q8_0, quant.QK), quant.Q4_0: (lib.TD_Q4_0, quant.QK),
           quant.Q8_0X8: (lib.TD_Q8_0X8, quant.QK),
           quant.Q4_0X8: (lib.TD_Q4_0X8, quant.QK), quant.F32P: (lib.TD_F32P, 1),
-          quant.F16P: (lib.TD_F16P, 1), quant.BF16P: (lib.TD_BF16P, 1)}  # weight dtype: C type, k per element
+          quant.F16P: (lib.TD_F16P, 1), quant.BF16P: (lib.TD_BF16P, 1),
+          **{dt: (getattr(lib, "TD_" + name.upper()), per) for name, (dt, per) in kquants.FORMATS.items()}}
+# (weight dtype: its C type, the weights an element holds)
 
 
 def physical_cores():
@@ -200,7 +202,8 @@ def matmul(x, w, out=None, op="matmul", residual=False):
     """out[..., m] = x[..., k] @ w[m, k].T (w in HF layout: out_features x in_features).
 
     w: float32 (or anything that converts to it), or a weight type of tinydiff.formats.quant read as it
-    is stored (Q8_0 / Q4_0: [m, k/32] blocks; x is then quantized to Q8_0 first, as llama.cpp does).
+    is stored (a block type: [m, k/32] or [m, k/256] blocks; x is then quantized first to the type its
+    dot product takes, Q8_0, Q8_1 or Q8_K, as llama.cpp does: quant.quantize_x).
     residual: out (given) is the residual stream: out += x @ w.T, the add booked under 'residual'.
     op: the operation the cost is booked under when a Ledger is open (as in every kernel here)."""
     return matmuls(x, (w,), (out,), op, residual)[0]
@@ -225,7 +228,7 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
         w, kind, cols, ptr = _weight(w)
         if w.ndim != 2 or cols != k:
             raise ValueError(f"matmul: x {x.shape} and w {w.shape} {w.dtype} do not fit; need x [n,k] or [k] and "
-                             "w [m,k] (or [m,k/32] blocks)")
+                             "w [m,k] (or [m,k/32] or [m,k/256] blocks)")
         m = quant.rows(w)
         ws[j] = w
         outs[j] = out = _out(outs[j], lead + (m,), "matmul", x, w)

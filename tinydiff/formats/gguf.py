@@ -9,12 +9,15 @@ format description (ggml docs/gguf.md) with numpy and the standard library only.
 
 Little-endian throughout. string = u64 byte length + UTF-8; array = u32 element type + u64 count +
 the elements. ne[0] is the fastest-varying dimension (a row's length), so a numpy shape is ne
-reversed. A block type stores each row of k weights as k/32 blocks, so its array is [..., k/32]
-of quant.Q8_0 / quant.Q4_0: byte for byte ggml's layout, a view of the mapped file.
+reversed. A block type stores each row of k weights as k/32 (or k/256) blocks, so its array is
+[..., k/32] of quant.Q8_0, quant.Q4_0, ... ([..., k/256] of kquants.Q4_K, ...): byte for byte
+ggml's layout, a view of the mapped file.
 
 The reader checks everything before it builds an array: every length and count against the file
 size, the alignment, each tensor's type, dims and byte range; no file can make it read outside the
-map. Every problem is one ModelError line naming the file and what is wrong.
+map. A block tensor whose float scales hold a NaN or an infinity is refused when it is read
+(llama.cpp's ggml_validate_row_data checks the same), one vectorised pass over its scale fields.
+Every problem is one ModelError line naming the file and what is wrong.
 
 gguf_model.py maps a file to tinydiff's Config and Weights, convert.py writes one from a Hugging
 Face folder.
@@ -34,7 +37,7 @@ DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4              # GGML_MAX_DIMS
 MAX_NAME = 64             # the spec's limit on a tensor name, in bytes
 MAX_NESTING = 3           # arrays of arrays: the spec allows them, nobody needs them deep
-QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION: the block layouts of Q8_0 and Q4_0 used here
+QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION: the block layouts used here
 
 # gguf_metadata_value_type: code -> (name, struct format; None for string and array)
 VALUE_TYPES = {
@@ -59,8 +62,9 @@ GGML_TYPES = {
     30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
     40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
 }
-# The ones tinydiff computes with; quant.py names them in lower case.
-STORAGE = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
+# The ones tinydiff computes with (every type llama.cpp writes for dense models but the IQ2/IQ3/IQ1
+# grids, the ternary TQ types and the FP4 ones); quant.py names them in lower case.
+STORAGE = tuple(name.upper() for name in quant.READS)
 GGML_CODES = {GGML_TYPES[code][0]: code for code in GGML_TYPES}
 # llama_ftype of a file mostly of one type (general.file_type)
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
@@ -100,18 +104,22 @@ class GGUFFile(TensorTable):
         return tuple(reversed(self.entry(name).ne))
 
     def raw(self, name):
-        """A read-only view of the tensor in its stored type: [..., k] for F32/F16/BF16,
-        [..., k/32] blocks for Q8_0/Q4_0."""
+        """A read-only view of the tensor in its stored type: [..., k] for F32/F16/BF16, [..., k/32]
+        or [..., k/256] blocks for the block types; refused if a block's scales are not finite."""
         t = self.entry(name)
         type_name, block, _ = GGML_TYPES[t.type]
         if type_name not in STORAGE:
             fail(self.path, f"tensor {show(name)}: type {type_name} not supported "
                              f"(tinydiff reads {', '.join(STORAGE)})")
-        dtype = quant.TYPES[type_name.lower()]
+        dtype = quant.READS[type_name.lower()]
         shape = self.shape(name)
         shape = shape[:-1] + (shape[-1] // block,) if shape else shape
         a = np.frombuffer(self._buf, dtype=dtype, count=t.nbytes // dtype.itemsize,
                           offset=self.data_start + t.offset).reshape(shape)
+        bad = quant.nonfinite_scale(a)
+        if bad is not None:
+            fail(self.path, f"tensor {show(name)}: block {list(bad)} of its {type_name} blocks has a scale that is "
+                             "NaN or infinite")
         return a if a.flags.aligned else a.copy()   # a custom alignment below 4 can misalign floats
 
     def expect(self, name, shape):

@@ -15,6 +15,11 @@ The block layouts are llama.cpp's (ggml-common.h: block_q8_0, block_q4_0), byte 
 GGUF tensor maps onto these arrays without conversion. The rounding rules are ggml's reference
 quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match llama.cpp's.
 
+The formats llama.cpp writes beyond these, which tinydiff reads (and does not write yet), are
+kquants.py's: q4_1, q5_0, q5_1, iq4_nl (blocks of 32), q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, iq4_xs
+(super-blocks of 256); their arrays are [m, k/32] or [m, k/256] blocks, and every function here
+takes them. TYPES names the types quantize makes, READS every stored type.
+
 Layouts made at load, never stored: Q8_0X8 and Q4_0X8 [m/8, k/32], Q8_0 and Q4_0 with
 their rows interleaved 8 at a time (csrc/quant.h, block_q8_0x8: d f16[8], qs int8[256], the bytes
 of 8 Q8_0 blocks; block_q4_0x8: d f16[8], qs uint8[128], of 8 Q4_0 blocks), for the AVX2 and
@@ -25,12 +30,14 @@ holds number p of rows 32g..32g+31, for a model whose passes all have many rows 
 import numpy as np
 
 from ..errors import UsageError
+from . import kquants
 
 QK = 32                                                        # weights per block
 BF16 = np.dtype([("bf16", "<u2")])                             # 2 bytes
 Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", QK)])              # 34 bytes
 Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", QK // 2)])         # 18 bytes
-TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0}
+TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0}  # quantize's
+READS = {**TYPES, **{name: dt for name, (dt, _) in kquants.FORMATS.items()}}  # every stored type, kquants.py's too
 Q8_0X8 = np.dtype([("d", "<f2", 8), ("qs", "i1", 8 * QK)])          # 272 bytes: 8 rows' blocks
 Q4_0X8 = np.dtype([("d", "<f2", 8), ("qs", "u1", 8 * QK // 2)])     # 144 bytes
 X8 = {Q8_0: Q8_0X8, Q4_0: Q4_0X8}                              # row type -> its interleaved type
@@ -41,20 +48,29 @@ F16P = np.dtype([("f16", "<f2", PANEL)])                       # 64 bytes
 BF16P = np.dtype([("bf16", "<u2", PANEL)])                     # 64 bytes
 PANELS = {np.dtype(np.float32): F32P, np.dtype(np.float16): F16P, BF16: BF16P}  # row type -> its panels
 MADE_AT_LOAD = {"q8_0x8": Q8_0X8, "q4_0x8": Q4_0X8, "f32p": F32P, "f16p": F16P, "bf16p": BF16P}
+# weights an element of a block type holds (an X8 element: one row's share of its group)
+BLOCK = {Q8_0: QK, Q4_0: QK, Q8_0X8: QK, Q4_0X8: QK, **{dt: n for dt, n in kquants.FORMATS.values()}}
+# the fields of a block type holding float scales (a file's NaN or inf there is refused at load)
+SCALES = {Q8_0: ("d",), Q4_0: ("d",), **kquants.SCALES}
 
 
 def type_of(w):
-    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', or one made at
-    load: 'q8_0x8', 'q4_0x8', 'f32p', 'f16p', 'bf16p'."""
-    for name, dt in (*TYPES.items(), *MADE_AT_LOAD.items()):
+    """The storage type name of a weight array: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', one of
+    kquants.py's ('q4_k', ...), or one made at load: 'q8_0x8', 'q4_0x8', 'f32p', 'f16p', 'bf16p'."""
+    for name, dt in (*READS.items(), *MADE_AT_LOAD.items()):
         if w.dtype == dt:
             return name
-    raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type ({', '.join(TYPES)})")
+    raise UsageError(f"weights of dtype {w.dtype} are not a tinydiff weight type ({', '.join(READS)})")
 
 
 def is_blocked(w):
-    """True for the block types, whose last axis counts blocks of QK weights, not weights."""
-    return w.dtype in (Q8_0, Q4_0, Q8_0X8, Q4_0X8)
+    """True for the block types, whose last axis counts blocks (of block_size(w) weights), not weights."""
+    return w.dtype in BLOCK
+
+
+def block_size(w):
+    """Weights an element of w's last axis holds: 32 or 256 for a block type, else 1."""
+    return BLOCK.get(w.dtype, 1)
 
 
 def is_interleaved(w):
@@ -67,7 +83,7 @@ def is_panels(w):
 
 def columns(w):
     """k, the number of weights in one row, whatever the storage type."""
-    return w.shape[-1] * QK if is_blocked(w) else w.shape[-1]
+    return w.shape[-1] * block_size(w)
 
 
 def rows(w):
@@ -118,21 +134,35 @@ def _numbers(w):
 
 
 def bits_per_weight(name):
-    return TYPES[name].itemsize * 8 / (QK if name in ("q8_0", "q4_0") else 1)
+    return READS[name].itemsize * 8 / BLOCK.get(READS[name], 1)
 
 
 def bytes_per_weight(w):
-    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0 (and their
-    X8 and panels)."""
+    """Bytes a weight of array w takes in memory: 4 for f32, 34/32 for Q8_0, 18/32 for Q4_0, 144/256
+    for Q4_K, ... (a block's bytes over its weights; the X8 types' and panels' as their rows')."""
     if is_panels(w):
         return w.itemsize / PANEL
-    return w.itemsize / (QK * GROUP if is_interleaved(w) else QK) if is_blocked(w) else w.itemsize
+    return w.itemsize / (block_size(w) * (GROUP if is_interleaved(w) else 1))
+
+
+def nonfinite_scale(w):
+    """The index of w's first block whose float scales (d, and dmin or m where it has them) are NaN
+    or infinite, as a tuple, or None. Vectorised over the fields: one pass over each."""
+    bad = None
+    for field in SCALES.get(w.dtype, ()):
+        v = w[field]
+        bits, mask = (v.view(np.uint16), 0x7C00) if v.dtype == np.float16 else (v.view(np.uint32), 0x7F800000)
+        hit = (bits & mask) == mask                                   # exponent all ones: inf or NaN
+        bad = hit if bad is None else bad | hit
+    if bad is None or not bad.any():
+        return None
+    return tuple(int(i) for i in np.unravel_index(np.argmax(bad), bad.shape))
 
 
 def quantize(w, name):
     """The matrix w [m, k] stored as type `name`. Block types need k % 32 == 0. w may already be of
     a weight type: as it is if that is `name`, else its values (dequantized) stored anew."""
-    if isinstance(w, np.ndarray) and w.dtype in (np.float16, BF16, Q8_0, Q4_0, *MADE_AT_LOAD.values()):
+    if isinstance(w, np.ndarray) and w.dtype in (*READS.values(), *MADE_AT_LOAD.values()) and w.dtype != np.float32:
         if type_of(w) == name:
             return w
         w = dequantize(w)
@@ -143,6 +173,8 @@ def quantize(w, name):
         return w.astype(np.float16)
     if name == "bf16":
         return to_bf16(w)
+    if name in READS and name not in TYPES:
+        raise UsageError(f"tinydiff reads {name} weights but does not write them yet; choose one of {', '.join(TYPES)}")
     if name not in ("q8_0", "q4_0"):
         raise UsageError(f"unknown weight type {name!r}; choose one of {', '.join(TYPES)}")
     if w.shape[-1] % QK:
@@ -150,6 +182,24 @@ def quantize(w, name):
                          f"rows must be a multiple of {QK}")
     blocks = w.reshape(*w.shape[:-1], w.shape[-1] // QK, QK)  # [..., k/32, 32]
     return quantize_q8_0(blocks) if name == "q8_0" else quantize_q4_0(blocks)
+
+
+# the x type each block type's dot product takes (csrc/quant.h; ggml's vec_dot_type)
+X_TYPE = {Q8_0: "q8_0", Q4_0: "q8_0", Q8_0X8: "q8_0", Q4_0X8: "q8_0", kquants.Q5_0: "q8_0", kquants.IQ4_NL: "q8_0",
+          kquants.Q4_1: "q8_1", kquants.Q5_1: "q8_1",
+          **{dt: "q8_k" for dt, n in kquants.FORMATS.values() if n == kquants.QK_K}}
+
+
+def quantize_x(x, w):
+    """x [..., k] f32 as the C kernels convert it for the block type of w (X_TYPE): Q8_0 [..., k/32],
+    kquants.Q8_1 [..., k/32] or kquants.Q8_K [..., k/256] blocks, to the bit."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n = kquants.QK_K if X_TYPE[w.dtype] == "q8_k" else QK
+    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // n, n)
+    if X_TYPE[w.dtype] == "q8_k":
+        return kquants.quantize_q8_k(blocks)
+    q8_0 = quantize_q8_0(blocks)
+    return q8_0 if X_TYPE[w.dtype] == "q8_0" else kquants.quantize_q8_1(blocks, q8_0)
 
 
 def quantize_q8_0(x):
@@ -189,6 +239,8 @@ def dequantize(w):
         return dequantize(deinterleave(w))
     if is_panels(w):
         return dequantize(unpanel(w))
+    if w.dtype in kquants.SCALES or w.dtype == kquants.Q8_1:       # Q8_1: an x row (quantize_x)
+        return kquants.dequantize(w)
     if w.dtype == Q8_0:
         q = w["qs"].astype(np.float32)                                            # [..., k/32, 32]
     elif w.dtype == Q4_0:
