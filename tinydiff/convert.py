@@ -38,7 +38,9 @@ def convert(src, out, wtype="f16"):
         fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
     out = _output_path(out)     # before the checkpoint is read: a refusal costs nothing
     cfg = load_config(src)
-    arch = HF_ARCHITECTURES[cfg.model_type]     # load_config refused any other model_type
+    if cfg.model_type not in HF_ARCHITECTURES:  # Qwen 3, Gemma: read, not yet written
+        fail(src, f"convert does not write {cfg.model_type} models yet ({', '.join(HF_ARCHITECTURES)})")
+    arch = HF_ARCHITECTURES[cfg.model_type]
     ckpt = load_checkpoint(src)
     refuse_unused(cfg, ckpt)
     tok_path = os.path.join(src, "tokenizer.json")

@@ -7,6 +7,12 @@ config.json beside this file. Two spellings exist in the wild: hub checkpoints m
 scaling type, sliding-window attention in use, another activation) is an error naming the field:
 never a silently different model. A generation_config.json beside config.json adds its EOS ids to
 the stop set and, if it says do_sample, its sampling settings as the model's defaults.
+
+The families whose layer differs from Llama's (Qwen 3, Gemma 2, Gemma 3) are read as transformers'
+Qwen3Config, Gemma2Config and Gemma3TextConfig read them (_family): their defaults for keys a
+file leaves out (a Gemma config.json rarely says tie_word_embeddings, which is true), their
+per-layer attention types (layer_types, or the older sliding_window_pattern) and the RoPE bases
+of each, as Config fields the layer reads.
 """
 import dataclasses
 import json
@@ -18,12 +24,27 @@ from typing import Optional
 from ..errors import ModelError
 from ..formats.files import show
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "llada", "Dream")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "llada", "Dream")
+GEMMA = ("gemma2", "gemma3_text")
+# config.json's activation -> Config.hidden_act (transformers' ACT2FN names; gelu_pytorch_tanh is
+# GELU's tanh approximation, which Gemma's MLP uses)
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+# transformers' defaults for keys a Gemma config.json may leave out (Gemma2Config, Gemma3TextConfig),
+# where they differ from the ones config_from_dict falls back on for every family
+FAMILY_DEFAULTS = {
+    "gemma2": dict(head_dim=256, tie_word_embeddings=True, max_position_embeddings=8192, query_pre_attn_scalar=256,
+                   sliding_window=4096, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
+                   hidden_activation="gelu_pytorch_tanh", num_key_value_heads=4),
+    "gemma3_text": dict(head_dim=256, tie_word_embeddings=True, max_position_embeddings=131072,
+                        query_pre_attn_scalar=256, sliding_window=4096, hidden_activation="gelu_pytorch_tanh",
+                        rope_theta=1000000.0, rope_local_base_freq=10000.0, num_key_value_heads=4),
+    "qwen3": dict(head_dim=128, max_position_embeddings=32768),
+}
 
 
 @dataclass(frozen=True)
 class Config:
-    model_type: str                  # "llama" | "mistral" | "qwen2" | "llada" | "Dream"
+    model_type: str                  # SUPPORTED_MODEL_TYPES; a GGUF file's architecture (gguf_model.py)
     hidden_size: int                 # d: width of the residual stream
     num_hidden_layers: int           # L
     num_attention_heads: int         # H: query heads
@@ -170,25 +191,33 @@ def config_from_dict(raw, where="config.json"):
     model_type = get("model_type", str, required=True)
     if model_type == "llada":
         raw = _llada_as_hf(raw, where)
+    if model_type == "gemma3":
+        raise ModelError(f"{where}: model_type 'gemma3' (Gemma3ForConditionalGeneration, with its vision tower) "
+                         "not supported: tinydiff runs the text model alone (model_type gemma3_text, Gemma3ForCausalLM)")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ModelError(f"{where}: model_type {_quote(model_type)} not supported "
                          f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-    act = raw.get("hidden_act", "silu")
-    if act != "silu":
-        raise ModelError(f"{where}: hidden_act {_quote(act)} not supported (only silu)")
+    raw = {**FAMILY_DEFAULTS.get(model_type, {}), **raw}
+    act_key = "hidden_activation" if model_type in GEMMA else "hidden_act"   # what each family's MLP reads
+    act = raw.get(act_key, "silu")
+    if act not in ACTIVATIONS:
+        raise ModelError(f"{where}: {act_key} {_quote(act)} not supported ({', '.join(ACTIVATIONS)})")
     if raw.get("mlp_bias"):
         raise ModelError(f"{where}: mlp_bias true not supported")
-    _check_sliding_window(raw, model_type, where)
+    if model_type not in FAMILY_DEFAULTS:
+        _check_sliding_window(raw, model_type, where)
 
     d = get("hidden_size", int, required=True)
     n_heads = get("num_attention_heads", int, required=True)
     n_kv = get("num_key_value_heads", int, n_heads)
     head_dim = get("head_dim", int, None)                     # given (0 too: check_shapes refuses it), or d / H
     head_dim = head_dim if head_dim is not None else d // n_heads if n_heads else 0
+    n_layers = get("num_hidden_layers", int, required=True)
+    attention_bias = bool(raw.get("attention_bias", False))
     cfg = Config(
         model_type=model_type,
         hidden_size=d,
-        num_hidden_layers=get("num_hidden_layers", int, required=True),
+        num_hidden_layers=n_layers,
         num_attention_heads=n_heads,
         num_key_value_heads=n_kv,
         head_dim=head_dim,
@@ -199,8 +228,9 @@ def config_from_dict(raw, where="config.json"):
         rope_scaling=_rope_scaling(raw, where),
         rms_norm_eps=_rms_norm_eps(get("rms_norm_eps", float, 1e-6), where),
         tie_word_embeddings=get("tie_word_embeddings", bool, False),
-        qkv_bias=model_type in ("qwen2", "Dream") or bool(raw.get("attention_bias", False)),
-        o_bias=model_type == "llama" and bool(raw.get("attention_bias", False)),
+        qkv_bias=model_type in ("qwen2", "Dream") or attention_bias,
+        # Llama and the families after Qwen 2 put the bias on all four projections
+        o_bias=model_type in ("llama", "qwen3", *GEMMA) and attention_bias,
         causal=get("is_causal", bool, model_type not in ("llada", "Dream")),
         shifted_logits=get("shift_logits", bool, model_type == "Dream"),
         bos_token_id=_token_id(raw, "bos_token_id", where),
@@ -208,6 +238,8 @@ def config_from_dict(raw, where="config.json"):
         mask_token_id=_token_id(raw, "mask_token_id", where),
         block_size=get("block_size", int, None),
         dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
+        hidden_act=ACTIVATIONS[act],
+        **_family(raw, model_type, n_layers, d, where, get),
     )
     check_shapes(cfg, where)
     _check_token_ids(cfg, where)
@@ -244,12 +276,94 @@ def _llada_as_hf(raw, where):
     return hf
 
 
-def _rope_blocks(raw, where):
-    """config.json's rope_parameters (transformers >= 5) and rope_scaling (older) objects."""
+def _family(raw, model_type, n_layers, d, where, get):
+    """The Config fields of the layer's variants as the family's transformers model reads its
+    config.json: Qwen 3 norms q and k per head; Gemma 2 and 3 scale the embedding by sqrt(d) and
+    their norms by 1 + w, norm both blocks' outputs, scale q.k by query_pre_attn_scalar^-0.5
+    and window some layers (layer_types); Gemma 3 also norms q and k and gives its windowed layers
+    their own RoPE base; Gemma 2's logits may be soft-capped. Gemma 2's attention scores are
+    soft-capped as well (attn_logit_softcapping, on in every released Gemma 2), which tinydiff's
+    layer does not do: such a config is refused, not run without it."""
+    if model_type not in FAMILY_DEFAULTS:
+        return {}
+    windows = _layer_windows(raw, model_type, n_layers, where)
+    if model_type == "qwen3":
+        return dict(qk_norm=True, layer_windows=windows)
+    if raw.get("attn_logit_softcapping") is not None:
+        raise ModelError(f"{where}: attn_logit_softcapping {_quote(raw['attn_logit_softcapping'])}: soft-capped "
+                         "attention scores are not implemented (Gemma 2's; Gemma 3 has none)")
+    if raw.get("use_bidirectional_attention"):
+        raise ModelError(f"{where}: use_bidirectional_attention true (an embedding model's) is not supported")
+    scalar = get("query_pre_attn_scalar", float)
+    cap = get("final_logit_softcapping", float)
+    if scalar is None or not 0 < scalar < FLOAT32_MAX or (cap is not None and not 0 < cap < FLOAT32_MAX):
+        raise ModelError(f"{where}: query_pre_attn_scalar {scalar!r} and final_logit_softcapping {cap!r} "
+                         "should be positive numbers")
+    return dict(norm_offset=1.0, qk_norm=model_type == "gemma3_text", sandwich_norms=True,
+                layer_windows=windows, attention_scale=scalar ** -0.5, embedding_scale=math.sqrt(d),
+                final_logit_softcapping=cap,
+                local_rope_theta=_local_rope_theta(raw, where) if model_type == "gemma3_text" else None)
+
+
+# the attention types of config.json's layer_types that tinydiff runs
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _layer_windows(raw, model_type, n_layers, where):
+    """Config.layer_windows from layer_types (transformers >= 4.53), or, where a file has none,
+    the pattern transformers derives: Gemma 3 windows all but every sliding_window_pattern-th layer
+    (6), Gemma 2 every other one from the first, Qwen 3 the layers from max_window_layers on when
+    use_sliding_window says so. A window is sliding_window keys (p - j < w, transformers'
+    sliding_window_overlay)."""
+    window = raw.get("sliding_window")
+    if model_type == "qwen3" and not raw.get("use_sliding_window"):
+        window = None                                   # Qwen3Config sets it to None then
+    types = raw.get("layer_types")
+    if types is None:
+        pattern = raw.get("sliding_window_pattern", raw.get("_sliding_window_pattern", 6))
+        if model_type == "gemma2":
+            pattern = 2
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ModelError(f"{where}: sliding_window_pattern should be a positive integer, got {_quote(pattern)}")
+        first = raw.get("max_window_layers", 28)
+        types = ["sliding_attention" if (window is not None and i >= first if model_type == "qwen3"
+                                         else (i + 1) % pattern) else "full_attention" for i in range(n_layers)]
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in LAYER_TYPES for t in types):
+        raise ModelError(f"{where}: layer_types should list {n_layers} of {', '.join(LAYER_TYPES)}, got {_quote(types)}")
+    if "sliding_attention" not in types or (window is None and model_type == "qwen3"):
+        return ()                                       # Qwen 3: a sliding layer without a window sees all
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ModelError(f"{where}: sliding_window should be a positive integer for layer_types' "
+                         f"sliding_attention layers, got {_quote(window)}")
+    return tuple(window if t == "sliding_attention" else 0 for t in types)
+
+
+def _rope_blocks(raw, where, layer_type="full_attention"):
+    """config.json's rope_parameters (transformers >= 5) and rope_scaling (older) objects. A model
+    whose layers differ (Gemma 3) has rope_parameters per layer type: the global layers' are read
+    here, with any rope_scaling an older file gives them."""
     params, scaling = raw.get("rope_parameters") or {}, raw.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
         raise ModelError(f"{where}: rope_parameters/rope_scaling should be objects")
+    if any(t in params for t in LAYER_TYPES):
+        block = params.get(layer_type) or {}
+        if not isinstance(block, dict):
+            raise ModelError(f"{where}: rope_parameters.{layer_type} should be an object")
+        return ((f"rope_parameters.{layer_type}", block),
+                ("rope_scaling", scaling if layer_type == "full_attention" else {}))
     return (("rope_parameters", params), ("rope_scaling", scaling))
+
+
+def _local_rope_theta(raw, where):
+    """Gemma 3's windowed layers' RoPE base: rope_parameters.sliding_attention.rope_theta, or the
+    older rope_local_base_freq; their RoPE is never scaled (transformers' Gemma3RotaryEmbedding)."""
+    field, block = _rope_blocks(raw, where, "sliding_attention")[0]
+    if block.get("rope_type", "default") != "default":
+        raise ModelError(f"{where}: {field}.rope_type {_quote(block['rope_type'])} not supported (default)")
+    theta = block.get("rope_theta", raw.get("rope_local_base_freq"))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not usable_rope_theta(float(theta)):
+        raise ModelError(f"{where}: the sliding layers' rope_theta should be a positive float32 number, got {_quote(theta)}")
+    return float(theta)
 
 
 # The RoPE scaling types tinydiff implements, and the fields each reads (transformers'
@@ -281,7 +395,7 @@ def _rope_scaling(raw, where):
 
 def _rope_theta(raw, where):
     """rope_theta, from either spelling."""
-    params = dict(_rope_blocks(raw, where))["rope_parameters"]
+    params = _rope_blocks(raw, where)[0][1]
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)):
         raise ModelError(f"{where}: rope_theta should be a positive number, got {_quote(theta)}")

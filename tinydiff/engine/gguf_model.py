@@ -1,19 +1,33 @@
 """A GGUF file as tinydiff's Config, Weights and Tokenizer (the file itself: gguf.py).
 
-Model conventions are llama.cpp's (gguf-py constants.py and convert_hf_to_gguf.py):
-  - keys: general.architecture (llama, qwen2; llada and dream, llama.cpp's masked-diffusion
-    models), {arch}.context_length, .embedding_length, .block_count, .feed_forward_length,
+Model conventions are llama.cpp's (gguf-py constants.py, convert_hf_to_gguf.py and src/models/):
+  - keys: general.architecture (llama, qwen2, qwen3, gemma3; llada and dream, llama.cpp's
+    masked-diffusion models), {arch}.context_length, .embedding_length, .block_count, .feed_forward_length,
     .attention.head_count, .attention.head_count_kv, .attention.key_length (head_dim),
     .rope.freq_base, .attention.layer_norm_rms_epsilon, .attention.causal; diffusion.shift_logits;
     tinydiff.block_size (tinydiff's own key, uint32: a block-diffusion model's block size, which
     llama.cpp has no key for; config.json's "block_size");
     tokenizer.ggml.* for the tokenizer (tokenizer.py, Tokenizer.from_gguf).
   - tensors: token_embd, blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm /
-    ffn_gate / ffn_up / ffn_down, output_norm, output (absent when tied): weights.GGUF_NAMES.
+    ffn_gate / ffn_up / ffn_down, output_norm, output (absent when tied): weights.GGUF_NAMES;
+    Qwen 3 and Gemma 3 add attn_q_norm / attn_k_norm, Gemma 3 post_attention_norm / post_ffw_norm.
+  - Gemma 3 (llama.cpp's llama_model_gemma3): the converter stores each norm as 1 + w, so the
+    weights are used as they are (norm_offset 0; from config.json it is 1). Most of the layer is
+    fixed by the architecture, not by keys: GELU-tanh, the embedding times sqrt(d), q scaled by
+    1/sqrt(head_dim) (1/sqrt(d / heads) for the 62-layer 27B, as llama.cpp says: the converter
+    writes no query_pre_attn_scalar). With {arch}.attention.sliding_window > 0, layer i is windowed
+    unless i % 6 == 5 ({arch}.attention.sliding_window_pattern, a period or one bool per layer,
+    overrides the 6), and the windowed layers rotate with {arch}.rope.freq_base_swa (10000 if
+    absent), unscaled. {arch}.final_logit_softcapping soft-caps the logits. gemma2 is refused:
+    llama.cpp soft-caps its attention scores (50 unless the file says otherwise), which tinydiff's
+    layer does not do.
+  - End of generation: the EOS, EOT and EOM ids, and the tokens llama.cpp's vocabulary loader takes
+    for end-of-generation by their text (<end_of_turn>, <|im_end|>, ...: END_TOKENS), as
+    llama-cli stops at them.
   - llama.cpp's "llama" RoPE rotates adjacent pairs where Hugging Face rotates the two halves of a
     head, so its converter permutes the rows of attn_q and attn_k (weights and biases) within each
-    head. tinydiff undoes that at load (our RoPE is HF's) and redoes it when writing. Qwen2 and
-    Dream files are not permuted: llama.cpp runs those architectures with HF's RoPE.
+    head. tinydiff undoes that at load (our RoPE is HF's) and redoes it when writing. Qwen 2 and 3,
+    Gemma 3 and Dream files are not permuted: llama.cpp runs those architectures with HF's RoPE.
   - Masked-diffusion models with a Llama layout (config.json "is_causal": false, "mask_token_id")
     are written as architecture "llama" with llama.attention.causal = false and
     tokenizer.ggml.mask_token_id: llama.cpp's own keys for those two facts (its LLaDA converter
@@ -37,15 +51,29 @@ Arch = namedtuple("Arch", "permuted causal shifted")
 # their defaults for {arch}.attention.causal and diffusion.shift_logits (llama.cpp's LLaDA and
 # Dream are masked-diffusion models with the Llama and the Qwen2 layout).
 ARCHITECTURES = {"llama": Arch(True, True, False), "qwen2": Arch(False, True, False),
+                 "qwen3": Arch(False, True, False), "gemma3": Arch(False, True, False),
                  "llada": Arch(True, False, False), "dream": Arch(False, False, True)}
 # Hugging Face model_type -> GGUF architecture, as llama.cpp's converter maps them (Mistral's
-# layout is Llama's)
+# layout is Llama's), for the families `tinydiff convert` writes
 HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "llada": "llada", "Dream": "dream"}
+# The token texts llama.cpp's vocabulary loader makes end-of-generation tokens whatever the file's
+# ids say (llama-vocab.cpp, load: "auto-detect special tokens by text")
+END_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+              "<｜end▁of▁sentence｜>", "[e~[")
 
 
 def load_gguf(path):
     """(Config, Weights, Tokenizer, stored bytes per type, ChatTemplate or None) of a GGUF model file."""
     from ..formats.tokenizer import Tokenizer
+    f, config, weights = load_gguf_model(path)
+    tokenizer = Tokenizer.from_gguf(f.metadata, show(path))
+    return config, weights, tokenizer, f.stored_bytes(), chat_template_of(f, config, tokenizer, path)
+
+
+def load_gguf_model(path):
+    """(the open GGUFFile, Config, Weights) of a GGUF model file: the model without its vocabulary."""
     from .weights import GGUF_NAMES, layer_tensors, load_weights
     f = open_gguf(path)
     config = config_from_gguf(f)
@@ -55,8 +83,7 @@ def load_gguf(path):
         for lw in weights.layers:
             for t in permuted:
                 setattr(lw, t.name, permute_rows(getattr(lw, t.name), t.permuted_heads(config), True))
-    tokenizer = Tokenizer.from_gguf(f.metadata, show(path))
-    return config, weights, tokenizer, f.stored_bytes(), chat_template_of(f, config, tokenizer, path)
+    return f, config, weights
 
 
 def chat_template_of(f, config, tokenizer, path):
@@ -84,8 +111,8 @@ def permute_rows(w, n_head, undo=False):
 
 def config_from_gguf(f):
     """The Config that a GGUF file's metadata describes; anything the engine does not implement
-    (RoPE scaling other than linear and llama3, partial RoPE, sliding windows, experts) is an error
-    naming the key."""
+    (RoPE scaling other than linear and llama3, partial RoPE, sliding windows but Gemma 3's,
+    experts) is an error naming the key."""
     from .config import Config, check_shapes, usable_rms_norm_eps, usable_rope_theta
     meta, kinds = f.metadata, f.value_types
 
@@ -102,10 +129,13 @@ def config_from_gguf(f):
         return kind(value)
 
     arch = get("general.architecture", str)
+    if arch == "gemma2":
+        fail(f.path, "architecture gemma2 not supported: llama.cpp soft-caps its attention scores "
+                     "(gemma2.attn_logit_softcapping, 50 if absent), which tinydiff's layer does not do")
     if arch not in ARCHITECTURES:
         fail(f.path, f"architecture {show(arch)} not supported (supported: {', '.join(ARCHITECTURES)})")
     a, defaults = arch + ".", ARCHITECTURES[arch]
-    _check_unsupported(f, a, get)
+    _check_unsupported(f, a, arch, get)
     d = get(a + "embedding_length", int)
     n_heads = get(a + "attention.head_count", int)
     head_dim = get(a + "attention.key_length", int, 0) or (d // n_heads if n_heads else 0)
@@ -147,14 +177,59 @@ def config_from_gguf(f):
         causal=get(a + "attention.causal", bool, defaults.causal),
         shifted_logits=get("diffusion.shift_logits", bool, defaults.shifted),
         bos_token_id=ids["bos_token_id"] if ids["bos_token_id"] >= 0 else None,
-        eos_token_ids=tuple(dict.fromkeys(ids[k] for k in ("eos_token_id", "eot_token_id", "eom_token_id")
-                                          if ids[k] >= 0)),
+        eos_token_ids=tuple(dict.fromkeys([*(ids[k] for k in ("eos_token_id", "eot_token_id", "eom_token_id")
+                                             if ids[k] >= 0), *_end_tokens(meta)])),
         mask_token_id=ids["mask_token_id"] if ids["mask_token_id"] >= 0 else None,
         block_size=get("tinydiff.block_size", int, 0) or None,
         dtype=max(counts, key=counts.get).lower() if counts else "f32",
+        **_variants(f, a, arch, get, d, n_heads, head_dim),
     )
     check_shapes(cfg, show(f.path))
     return cfg
+
+
+def _variants(f, a, arch, get, d, n_heads, head_dim):
+    """The Config fields of the layer's variants that llama.cpp fixes for the architecture (the
+    module docstring says which and why)."""
+    if arch == "qwen3":
+        return dict(qk_norm=True)
+    if arch != "gemma3":
+        return {}
+    n_layers = get(a + "block_count", int)
+    window = get(a + "attention.sliding_window", int, 0)
+    windowed = _swa_layers(f, a, get, n_layers) if window > 0 else [False] * n_layers
+    local = get(a + "rope.freq_base_swa", float, 10000.0)
+    cap = get(a + "final_logit_softcapping", float, 0.0)
+    if not (0 < local < float("inf") and 0 <= cap < float("inf")):
+        fail(f.path, f"{a}rope.freq_base_swa {local} or final_logit_softcapping {cap} is not a usable number")
+    return dict(hidden_act="gelu_tanh", qk_norm=True, sandwich_norms=True,
+                layer_windows=tuple(window if w else 0 for w in windowed) if any(windowed) else (),
+                local_rope_theta=local if any(windowed) else None,
+                attention_scale=float(np.float32(1) / np.sqrt(np.float32(d // n_heads if n_layers == 62 else head_dim))),
+                embedding_scale=float(np.sqrt(np.float32(d))), final_logit_softcapping=cap or None)
+
+
+def _swa_layers(f, a, get, n_layers):
+    """Which layers are windowed: {arch}.attention.sliding_window_pattern as one bool per layer, or
+    a period n (every layer but each n-th; llama.cpp's set_swa_pattern), 6 if absent (Gemma 3's)."""
+    key = a + "attention.sliding_window_pattern"
+    pattern = f.metadata.get(key, 6)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers or f.value_types[key] != "array[bool]":
+            fail(f.path, f"{key} should hold one bool per layer ({n_layers}), got {len(pattern)} "
+                          f"{f.value_types[key]}")
+        return [bool(w) for w in pattern]
+    n = get(key, int, 6)
+    return [n == 0 or i % n < n - 1 for i in range(n_layers)]
+
+
+def _end_tokens(meta):
+    """The ids of the vocabulary's END_TOKENS."""
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list):
+        return []
+    ends = set(END_TOKENS)
+    return [i for i, t in enumerate(tokens) if t in ends]
 
 
 def _rope_scaling(f, a, get, head_dim):
@@ -179,9 +254,9 @@ def _rope_scaling(f, a, get, head_dim):
     return ("freq_factors", *factors.tolist())
 
 
-def _check_unsupported(f, a, get):
+def _check_unsupported(f, a, arch, get):
     for key in ("attention.sliding_window", "expert_count"):
-        if get(a + key, int, 0):
+        if get(a + key, int, 0) and not (arch == "gemma3" and key == "attention.sliding_window"):
             fail(f.path, f"{a}{key} {f.metadata[a + key]}: not supported")
 
 

@@ -22,11 +22,12 @@ from typing import Callable, List, Optional
 import numpy as np
 
 from ..formats.files import fail, show
+from .config import GEMMA
 
 
-def tensor(shape, matrix=False, op="norm", present=None, permuted_heads=None, *, hf, gguf, llada=None):
+def tensor(shape, matrix=False, op="norm", present=None, permuted_heads=None, *, hf, gguf, llada=None, gemma=None):
     """A LayerWeights field declared with what every reader of the table needs (LayerTensor)."""
-    meta = LayerTensor(shape, matrix, op, present or (lambda c: True), permuted_heads, hf, gguf, llada)
+    meta = LayerTensor(shape, matrix, op, present or (lambda c: True), permuted_heads, hf, gguf, llada, gemma or hf)
     return field(metadata={"tensor": meta}) if present is None else field(default=None, metadata={"tensor": meta})
 
 
@@ -36,7 +37,8 @@ class LayerTensor:
     matmul in its stored type; else a vector, widened to f32), the ledger op its matmul or bias is
     booked under, whether the config's layers have it (optional tensors), the heads whose rows
     llama.cpp's converter permuted in a "llama" GGUF file (gguf_model.py), and its key in each
-    layout (HF_NAMES, GGUF_NAMES, LLADA_NAMES below are made of these). `name` is the field's."""
+    layout (HF_NAMES, GGUF_NAMES, LLADA_NAMES, GEMMA_NAMES below are made of these). `name` is the
+    field's."""
     shape: Callable                  # Config -> shape
     matrix: bool
     op: str
@@ -45,6 +47,7 @@ class LayerTensor:
     hf: str
     gguf: str
     llada: Optional[str]
+    gemma: str                       # Gemma's Hugging Face key, where its names differ (its norms)
     name: str = ""
 
 
@@ -78,7 +81,7 @@ class LayerWeights:
         hf="self_attn.o_proj.weight", gguf="attn_output.weight", llada="attn_out.weight")
     post_attention_layernorm: np.ndarray = tensor(              # [d] the MLP's input norm (Gemma: pre_feedforward)
         lambda c: (c.hidden_size,), hf="post_attention_layernorm.weight", gguf="ffn_norm.weight",
-        llada="ff_norm.weight")
+        llada="ff_norm.weight", gemma="pre_feedforward_layernorm.weight")
     gate_proj: np.ndarray = tensor(                                                         # [f, d]
         lambda c: (c.intermediate_size, c.hidden_size), True, "mlp",
         hf="mlp.gate_proj.weight", gguf="ffn_gate.weight", llada="ff_proj.weight")
@@ -106,7 +109,8 @@ class LayerWeights:
         lambda c: (c.head_dim,), present=lambda c: c.qk_norm, hf="self_attn.k_norm.weight", gguf="attn_k_norm.weight")
     post_attention_norm: Optional[np.ndarray] = tensor(                     # [d] sandwich_norms: the attention's
         lambda c: (c.hidden_size,), present=lambda c: c.sandwich_norms,     # output normed (Gemma's
-        hf="post_attention_norm.weight", gguf="post_attention_norm.weight")  # post_attention_layernorm)
+        hf="post_attention_norm.weight", gguf="post_attention_norm.weight",  # post_attention_layernorm)
+        gemma="post_attention_layernorm.weight")
     post_feedforward_layernorm: Optional[np.ndarray] = tensor(              # [d] and the MLP's
         lambda c: (c.hidden_size,), present=lambda c: c.sandwich_norms,
         hf="post_feedforward_layernorm.weight", gguf="post_ffw_norm.weight")
@@ -131,23 +135,31 @@ class Weights:
 
 
 # Checkpoint key of each weight, per layout: the model's own tensors, then the layer's from its
-# table. Llama, Mistral, Qwen2 and Dream use Hugging Face's names; LLaDA keeps the OLMo names of its
-# own modeling code; GGUF has llama.cpp's (gguf-py constants.py, TENSOR_NAMES; its Q/K rows are
-# permuted for RoPE, which gguf_model.py undoes).
+# table. Llama, Mistral, Qwen 2 and 3 and Dream use Hugging Face's names; Gemma's differ in its
+# norms (its post_attention_layernorm norms the attention's output, pre_feedforward_layernorm is
+# the MLP's input norm, which the others call post_attention_layernorm); LLaDA keeps the OLMo
+# names of its own modeling code; GGUF has llama.cpp's (gguf-py constants.py, TENSOR_NAMES; its
+# Q/K rows are permuted for RoPE, which gguf_model.py undoes).
 HF_NAMES = dict(embed_tokens="model.embed_tokens.weight", norm="model.norm.weight", lm_head="lm_head.weight",
                 layer="model.layers.{i}.", **{t.name: t.hf for t in LAYER_TENSORS})
 LLADA_NAMES = dict(embed_tokens="model.transformer.wte.weight", norm="model.transformer.ln_f.weight",
                    lm_head="model.transformer.ff_out.weight", layer="model.transformer.blocks.{i}.",
                    **{t.name: t.llada for t in LAYER_TENSORS if t.llada})
+GEMMA_NAMES = dict(HF_NAMES, **{t.name: t.gemma for t in LAYER_TENSORS})
 GGUF_NAMES = dict(embed_tokens="token_embd.weight", norm="output_norm.weight", lm_head="output.weight",
                   layer="blk.{i}.", **{t.name: t.gguf for t in LAYER_TENSORS})
+
+
+def checkpoint_names(cfg):
+    """The key table of a Hugging Face-style checkpoint of this config's family."""
+    return LLADA_NAMES if cfg.model_type == "llada" else GEMMA_NAMES if cfg.model_type in GEMMA else HF_NAMES
 
 
 def load_weights(cfg, ckpt, names=None):
     """Carves a checkpoint (safetensors, or a GGUF file with names=GGUF_NAMES) into Weights,
     checking that every tensor the config's layers have (layer_tensors) is there with its shape.
     Norm weights are stored as offset + w when the config's RMSNorm scales by that (Gemma's 1 + w)."""
-    names = names or (LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES)
+    names = names or checkpoint_names(cfg)
     refuse_unused(cfg, ckpt, names)
     d, V = cfg.hidden_size, cfg.vocab_size
 
@@ -175,7 +187,7 @@ def _norm(cfg, name, w):
 
 def refuse_unused(cfg, ckpt, names=None):
     """A tensor the config does not read means the config describes another model: an error."""
-    names = names or (LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES)
+    names = names or checkpoint_names(cfg)
     layer = [t.name for t in layer_tensors(cfg)]
     read = {names["embed_tokens"], names["norm"], names["lm_head"]}   # a tied lm_head: see the docstring
     if cfg.rope_scaling[:1] == ("freq_factors",):
