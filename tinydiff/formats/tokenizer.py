@@ -25,7 +25,9 @@ import heapq
 import json
 
 from ..errors import ModelError, UsageError, is_integer
+from .gguf_vocab import CONTROL, KEY, NORMAL, UNUSED, USER_DEFINED, Vocab
 from .pretokenizer import CHAR_TO_BYTE
+from .sentencepiece import SentencePieceTokenizer
 from .tokenizer_json import (
     _added_entries,
     _AddedTokens,
@@ -51,7 +53,6 @@ EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "</s>", "<|eot_id
 # supports, the tokenizer.json parts that models of that family carry (llama.cpp's regexes are
 # rewrites of them; it skips qwen2's NFC, which we keep): (normalizer, pre_tokenizer, BPE
 # ignore_merges). A file without the key, or with "default", is taken as GPT-2.
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
@@ -199,32 +200,19 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, meta, where):
-        """The tokenizer a GGUF file's tokenizer.ggml.* keys describe, the same one the
-        tokenizer.json it was made from gives: control and user-defined tokens are added tokens
-        (special for control), unused ones are holes, add_bos_token/add_eos_token the template."""
-        key = "tokenizer.ggml."
-
-        def get(name, kind, default=None):
-            value = meta.get(key + name, default)
-            ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-            if kind is list and ok:
-                item = str if name in ("tokens", "merges") else int
-                ok = all(isinstance(v, item) and not isinstance(v, bool) for v in value)
-            if value is None or not ok:
-                raise ModelError(f"{where}: {key}{name} missing or not a {'list' if kind is list else kind.__name__}")
-            return value
-
-        if get("model", str, "") != "gpt2":
-            raise ModelError(f"{where}: {key}model {_quote(meta.get(key + 'model'))} not supported "
-                             "(only 'gpt2', a byte-level BPE)")
-        pre = get("pre", str, "default")
+        """The tokenizer a GGUF file's tokenizer.ggml.* keys describe: model "llama" is a
+        SentencePiece vocabulary (sentencepiece.py); "gpt2" is the same tokenizer the tokenizer.json
+        it was made from gives: control and user-defined tokens are added tokens (special for
+        control), unused ones are holes, add_bos_token/add_eos_token the template."""
+        v = Vocab(meta, where)
+        if v.model() == "llama":
+            return SentencePieceTokenizer.from_gguf(meta, where)
+        pre = v.get("pre", str, "default")
         pre = "gpt-2" if pre == "default" else pre
         if pre not in GGUF_PRE:
-            raise ModelError(f"{where}: {key}pre {_quote(pre)} not supported (supported: {', '.join(GGUF_PRE)})")
-        tokens = get("tokens", list)
-        types = get("token_type", list, [NORMAL] * len(tokens))
-        if len(types) != len(tokens):
-            raise ModelError(f"{where}: {key}token_type has {len(types)} entries for {len(tokens)} tokens")
+            v.fail(f"{KEY}pre {_quote(pre)} not supported (supported: {', '.join(GGUF_PRE)})")
+        tokens = v.tokens()
+        types = v.token_types(len(tokens))
         vocab, added = {}, []
         for i, (text, kind) in enumerate(zip(tokens, types)):
             if kind == UNUSED:
@@ -233,17 +221,15 @@ class Tokenizer:
             if kind in (CONTROL, USER_DEFINED):
                 added.append({"id": i, "content": text, "special": kind == CONTROL, "normalized": False})
         normalizer, pre_tokenizer, ignore_merges = GGUF_PRE[pre]
-        unk = get("unknown_token_id", int, -1)
-        model = {"type": "BPE", "vocab": vocab, "merges": get("merges", list, []), "ignore_merges": ignore_merges,
+        unk = v.get("unknown_token_id", int, -1)
+        model = {"type": "BPE", "vocab": vocab, "merges": v.get("merges", list, []), "ignore_merges": ignore_merges,
                  "unk_token": tokens[unk] if 0 <= unk < len(tokens) else None}
         tok = cls._build({"model": model, "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
                           "decoder": {"type": "ByteLevel"}, "added_tokens": added}, where, len(tokens))
         for flag, name, ids in (("add_bos_token", "bos_token_id", tok.prefix_ids),
                                 ("add_eos_token", "eos_token_id", tok.suffix_ids)):
-            if meta.get(key + flag) is True:
-                ids.append(get(name, int))
-                if not 0 <= ids[-1] < len(tokens):
-                    raise ModelError(f"{where}: {key}{name} {ids[-1]} is outside the {len(tokens)} tokens")
+            if v.flag(flag, False):
+                ids.append(v.token_id(name, len(tokens), None))
         return tok
 
     def gguf_metadata(self, vocab_size, where):

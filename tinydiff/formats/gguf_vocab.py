@@ -1,0 +1,83 @@
+"""A GGUF file's vocabulary keys (tokenizer.ggml.*), read and checked for both kinds of vocabulary
+tinydiff builds: "gpt2" (byte-level BPE, tokenizer.py) and "llama" (SentencePiece, sentencepiece.py).
+
+What llama.cpp's converter writes (gguf-py's constants, llama-vocab.cpp reads them):
+  tokens       array[string]   one per id; no two alike (llama.cpp refuses a duplicate)
+  token_type   array[int32]    llama_token_type per id (below); absent: all NORMAL
+  scores       array[float32]  SentencePiece only: the merge priority of each token
+  merges       array[string]   BPE only: "a b", in rank order
+  bos/eos/unknown_token_id, add_bos_token, add_eos_token, add_space_prefix
+Every problem is one ModelError line naming the file and the key (and the index, for an entry).
+"""
+import math
+
+from ..errors import ModelError
+from .files import show
+
+KEY = "tokenizer.ggml."
+# llama_token_type: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = range(7)
+MODELS = ("gpt2", "llama")
+
+
+class Vocab:
+    """Checked reads of one file's tokenizer.ggml.* keys; `where` names the file in messages."""
+
+    def __init__(self, meta, where):
+        self.meta, self.where = meta, where
+
+    def fail(self, what):
+        raise ModelError(f"{self.where}: {what}")
+
+    def get(self, name, kind, default=None):
+        """tokenizer.ggml.<name>, checked to be of kind (a list: of strings for tokens and merges,
+        of numbers for scores, of integers otherwise); default when absent, an error when None."""
+        value = self.meta.get(KEY + name, default)
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if kind is list and ok:
+            item = str if name in ("tokens", "merges") else (int, float) if name == "scores" else int
+            ok = all(isinstance(v, item) and not isinstance(v, bool) for v in value)
+        if value is None or not ok:
+            what = {list: "a list", str: "a string", int: "an integer", bool: "true or false"}[kind]
+            self.fail(f"{KEY}{name} missing or not {what}")
+        return value
+
+    def model(self):
+        model = self.get("model", str, "")
+        if model not in MODELS:
+            self.fail(f"{KEY}model {show(repr(model))} not supported (supported: {', '.join(MODELS)})")
+        return model
+
+    def tokens(self):
+        return self.get("tokens", list)
+
+    def per_token(self, name, n, default):
+        """A list with one entry per token (token_type, scores): exactly n, or the default."""
+        values = self.get(name, list, default)
+        if len(values) != n:
+            self.fail(f"{KEY}{name} has {len(values)} entries for {n} tokens")
+        return values
+
+    def token_types(self, n):
+        types = self.per_token("token_type", n, [NORMAL] * n)
+        bad = next((i for i, t in enumerate(types) if not UNDEFINED <= t <= BYTE), None)
+        if bad is not None:
+            self.fail(f"{KEY}token_type[{bad}] is {types[bad]}, not a llama_token_type (0..6)")
+        return types
+
+    def scores(self, n):
+        scores = self.per_token("scores", n, None)
+        bad = next((i for i, s in enumerate(scores) if math.isnan(s)), None)
+        if bad is not None:   # a NaN has no place in the merge order
+            self.fail(f"{KEY}scores[{bad}] is NaN")
+        return scores
+
+    def token_id(self, name, n, default=-1):
+        """tokenizer.ggml.<name> (an id) or default; an id outside the n tokens is an error."""
+        i = self.get(name, int, default)
+        if i != default and not 0 <= i < n:
+            self.fail(f"{KEY}{name} {i} is outside the {n} tokens")
+        return i
+
+    def flag(self, name, default):
+        return self.get(name, bool, default)
