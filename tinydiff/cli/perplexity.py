@@ -32,8 +32,17 @@ def add_perplexity_arguments(p):
     p.add_argument("--kl-against", default=None, metavar="REF",
                    help="reference model (folder, .gguf or shipped name) run on the same chunks: KL(ref || "
                         "model), top-1 agreement and both perplexities, as llama.cpp's --kl-divergence")
-    for flag in ("--kl-divergence-base", "--save-all-logits", "--kl-divergence"):
-        p.add_argument(flag, dest="llama_kl", action="append_const", const=flag, help=argparse.SUPPRESS)
+    # llama.cpp's two-run spelling, refused with the hint (--kl-divergence-base FNAME, --kl-divergence)
+    for flag in ("--kl-divergence-base", "--save-all-logits"):
+        p.add_argument(flag, dest="llama_kl", action=_Named, nargs=1, help=argparse.SUPPRESS)
+    p.add_argument("--kl-divergence", dest="llama_kl", action=_Named, nargs=0, help=argparse.SUPPRESS)
+
+
+class _Named(argparse.Action):
+    """Keeps the flag's own spelling, for the message that refuses it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [option_string])
 
 
 def read_text(path):
@@ -55,7 +64,7 @@ def read_text(path):
 
 
 def _check_flags(args):
-    if args.llama_kl:
+    if getattr(args, "llama_kl", None):
         raise UsageError(f"{args.llama_kl[0]}: tinydiff runs the reference in the same process; give it as "
                          "--kl-against REF (a model folder, .gguf file or shipped name)")
     ppl.check_request(args.ctx_size, args.chunks, args.batch_size)
@@ -91,23 +100,22 @@ def cmd_perplexity(args):
 
 
 def _perplexity(model, chunks, batch):
-    clock, nll = ppl.Clock(), []
-    for i, logits in enumerate(ppl.chunk_logits(model, chunks, batch)):
+    clock, nll = ppl.Clock(), np.empty(0)
+    for i, chunk in enumerate(ppl.chunk_nll(model, chunks, batch)):
         if i == 0:
             print(clock.eta(ppl.passes(len(chunks.ids), chunks.n_ctx, batch)), file=sys.stderr)
-        nll.append(ppl.token_nll(logits, chunks.targets[i]))
-        print(f"[{i + 1}]{ppl.estimate(np.concatenate(nll))[0]:.4f},", end="", flush=True)
-    value, se = ppl.estimate(np.concatenate(nll))
+        nll = np.concatenate([nll, chunk])
+        print(f"[{i + 1}]{ppl.estimate(nll)[0]:.4f},", end="", flush=True)
+    value, se = ppl.estimate(nll)
     print(f"\nFinal estimate: PPL = {value:.4f} +/- {se:.5f}")
 
 
 def _kl(model, ref, chunks, batch):
     clock, agreement = ppl.Clock(), ppl.Agreement.empty()
-    pairs = zip(ppl.chunk_logits(model, chunks, batch), ppl.chunk_logits(ref, chunks, batch))
-    for i, (logits, ref_logits) in enumerate(pairs):
+    for i, rows in enumerate(ppl.chunk_kl(model, ref, chunks, batch)):
         if i == 0:
             print(clock.eta(ppl.passes(len(chunks.ids), chunks.n_ctx, batch)), file=sys.stderr)
             print(ppl.KL_HEADER)
-        agreement.add(ppl.kl_rows(logits, ref_logits, chunks.targets[i]))
+        agreement.add(rows)
         print(ppl.kl_row(i + 1, agreement), flush=True)
     print("\n" + "\n".join(ppl.kl_summary(agreement)))

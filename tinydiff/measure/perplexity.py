@@ -173,6 +173,19 @@ def kl_rows(logits, ref_logits, targets):
     return nll, ref_nll, kld, dp, same
 
 
+def chunk_nll(model, chunks, batch):
+    """Yields each chunk's NLLs [n_ctx - 1 - first] float64 of its scored tokens."""
+    for logits, targets in zip(chunk_logits(model, chunks, batch), chunks.targets):
+        yield token_nll(logits, targets)
+
+
+def chunk_kl(model, ref, chunks, batch):
+    """Yields each chunk's kl_rows, the model and the reference run on the same chunks in turn."""
+    pairs = zip(chunk_logits(model, chunks, batch), chunk_logits(ref, chunks, batch), chunks.targets)
+    for logits, ref_logits, targets in pairs:
+        yield kl_rows(logits, ref_logits, targets)
+
+
 # ---------------------------------------------------------------------------------------------
 # The figures
 
