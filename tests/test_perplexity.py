@@ -288,3 +288,20 @@ def test_real_files_within_half_a_percent_of_llama_perplexity(name, capsys):
     _, value, _, _ = cli(capsys, "-m", path, "-f", text, "-c", 512, "--chunks", 4)
     assert value == pytest.approx(LLAMA_CPP_PPL[name], rel=0.005)
 
+
+
+def test_special_token_text_in_the_file_is_named_where_llama_cpp_reads_it_otherwise(tmp_path, capsys):
+    """llama.cpp tokenizes the file with parse_special false: <|endoftext|> there is plain text,
+    here the token (the tokenizers have no such switch), so the command says the figures differ."""
+    tok = tinydiff.load(HF / "llama-gqa").tokenizer
+    text = the_text().replace("\n\n", "<|endoftext|>")
+    tokens = ppl.tokenize(tok, text)
+    assert ppl.special_tokens_in(tok, tokens, False) == [0] * text.count("<|endoftext|>")
+    assert ppl.special_tokens_in(tok, [0] + tok.encode(the_text()), True) == []     # a BOS put first is not one
+    path = tmp_path / "stories.txt"
+    path.write_text(text)
+    assert main(["perplexity", "-m", str(HF / "llama-gqa"), "-f", str(path), "-c", "64"]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {path} holds the text of special tokens" in err and "'<|endoftext|>'" in err
+    main(["perplexity", "-m", str(HF / "llama-gqa"), "-f", str(TEXT), "-c", "64"])
+    assert "special tokens" not in capsys.readouterr().err
