@@ -404,3 +404,18 @@ def test_roofline_command_reports_the_machine(capsys, fixed_roofline):
     assert main(["roofline"]) == 0
     out = capsys.readouterr().out
     assert "10.0 GB/s" in out and "100.0 GFLOP/s" in out
+
+
+def test_perplexity_prints_llama_cpps_lines_and_refuses_bad_input_in_one_line(tmp_path):
+    text = os.path.join(os.path.dirname(__file__), "fixtures", "perplexity", "text.txt")
+    status, out, err = run("perplexity", "-m", MODEL, "-f", text, "-c", "64", "--chunks", "3")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("[1]") and lines[0].count(",") == 3
+    assert lines[1].startswith("Final estimate: PPL = ") and " +/- " in lines[1]
+    for argv, words in ((["-f", str(tmp_path / "none.txt")], ["none.txt: no such file"]),
+                        (["-f", text, "-c", "1024"], ["-c 1024", "256 positions"]),
+                        (["-f", text, "-c", "abc"], ["-c/--ctx-size", "invalid int"]),
+                        (["-c", "64"], ["-f/--file"])):
+        status, _, err = run("perplexity", "-m", MODEL, *argv)
+        assert_one_line_error(status, err, 2, *words)

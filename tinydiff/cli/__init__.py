@@ -6,7 +6,8 @@ pipe on stdout ends the run quietly (exit 0), Ctrl-C with 130.
 
 parser.py holds the flags of every subcommand, flags.py the groups several share; generate.py the
 commands that run a model for a user (generate, chat, infill, serve), tools.py those that measure,
-describe or convert one (bench, cost, compare, roofline, models, info, convert).
+describe or convert one (bench, cost, compare, roofline, models, info, convert); perplexity.py
+`tinydiff perplexity`, with its flags (llama-perplexity's).
 """
 import os
 import sys

@@ -14,6 +14,7 @@ from ..training.settings import add_train_arguments
 from ..training.train import run_train
 from .flags import add_decoding_args, add_diffusion_args, add_model_args
 from .generate import cmd_chat, cmd_generate, cmd_infill, cmd_serve
+from .perplexity import add_perplexity_arguments, cmd_perplexity
 from .tools import (
     cmd_bench,
     cmd_compare,
@@ -36,7 +37,7 @@ def build_parser():
     parser = _Parser(prog="tinydiff", description="CPU inference for autoregressive and masked-diffusion LMs")
     parser.add_argument("--version", action="version", version=f"tinydiff {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_generate, _chat, _serve, _infill, _bench, _cost, _compare, _roofline, _training, _models,
+    for add in (_generate, _chat, _serve, _infill, _bench, _cost, _compare, _roofline, _perplexity, _training, _models,
                 _info, _convert):   # the order of `tinydiff --help`
         add(sub)
     return parser
@@ -161,6 +162,13 @@ def _roofline(sub):
     r.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     r.add_argument("--remeasure", action="store_true", help="measure again instead of reading the cache")
     r.set_defaults(run=cmd_roofline)
+
+
+def _perplexity(sub):
+    p = sub.add_parser("perplexity", help="llama-perplexity's figure of a text: chunks of -c tokens, the second "
+                                          "half of each scored; KL against a reference model (--kl-against)")
+    add_perplexity_arguments(p)
+    p.set_defaults(run=cmd_perplexity)
 
 
 def _training(sub):
