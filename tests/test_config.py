@@ -199,3 +199,81 @@ def test_a_name_from_the_file_is_shown_on_one_line(key):
     with pytest.raises(ModelError) as err:
         cfg(**{key: value})
     assert "\n" not in str(err.value) and "'a\\nb'" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen 3 and Gemma, read as transformers' Qwen3Config, Gemma2Config and Gemma3TextConfig read them
+
+ARCH = Path(__file__).parent / "fixtures" / "arch"
+SMALL = dict(hidden_size=16, num_hidden_layers=6, num_attention_heads=2, num_key_value_heads=1,
+             intermediate_size=32, vocab_size=320, head_dim=8)
+
+
+def test_gemma3_from_a_hub_config_json_is_the_model_transformers_5_saves():
+    """gemma-3-1b's spelling (transformers 4): rope_theta and rope_local_base_freq at the top,
+    sliding_window_pattern instead of layer_types, and no tie_word_embeddings (true for Gemma)."""
+    saved = load_config(ARCH / "gemma3")
+    hub = config_from_dict(dict(SMALL, model_type="gemma3_text", query_pre_attn_scalar=8, sliding_window=4,
+                                sliding_window_pattern=6, rope_theta=1000000.0, rope_local_base_freq=20000.0,
+                                rope_scaling=None, max_position_embeddings=256, rms_norm_eps=1e-6,
+                                bos_token_id=1, eos_token_id=0, torch_dtype="float32",
+                                hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+                                attn_logit_softcapping=None))
+    assert hub == saved
+
+
+def test_gemma3s_defaults_are_transformers_own():
+    c = config_from_dict({k: v for k, v in dict(SMALL, model_type="gemma3_text").items() if k != "head_dim"})
+    assert c.head_dim == 256 and c.tie_word_embeddings and c.max_position_embeddings == 131072
+    assert c.rope_theta == 1e6 and c.local_rope_theta == 1e4 and c.layer_windows == (4096,) * 5 + (0,)
+    assert c.attention_scale == 256 ** -0.5 and c.hidden_act == "gelu_tanh" and c.final_logit_softcapping is None
+    scaled = config_from_dict(dict(SMALL, model_type="gemma3_text", rope_scaling={"rope_type": "linear", "factor": 8.0}))
+    assert scaled.rope_scaling == ("linear", 8.0)     # the global layers' (Gemma 3 4B and up); the local stay plain
+
+
+def test_gemma2_and_qwen3_windows():
+    g2 = config_from_dict(dict(SMALL, model_type="gemma2", attn_logit_softcapping=None, sliding_window=16))
+    assert g2.layer_windows == (16, 0) * 3 and g2.final_logit_softcapping == 30.0 and g2.local_rope_theta is None
+    q3 = dict(SMALL, model_type="qwen3", sliding_window=16, max_window_layers=4)
+    assert config_from_dict(q3).layer_windows == ()                           # use_sliding_window false
+    assert config_from_dict(dict(q3, use_sliding_window=True)).layer_windows == (0,) * 4 + (16, 16)
+    types = ["full_attention", "sliding_attention"] * 3
+    assert config_from_dict(dict(q3, use_sliding_window=True, layer_types=types)).layer_windows == (0, 16) * 3
+    assert config_from_dict(dict(q3, attention_bias=True)).o_bias      # Qwen 3's bias is on all four
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(model_type="gemma3"), "Gemma3ForConditionalGeneration"),
+    (dict(model_type="gemma2"), "attn_logit_softcapping 50.0: soft-capped attention"),   # Gemma2Config's default
+    (dict(model_type="gemma3_text", attn_logit_softcapping=50.0), "attn_logit_softcapping"),
+    (dict(model_type="gemma3_text", use_bidirectional_attention=True), "use_bidirectional_attention"),
+    (dict(model_type="gemma3_text", hidden_activation="gelu"), "hidden_activation 'gelu' not supported"),
+    (dict(model_type="gemma3_text", layer_types=["full_attention"]), "layer_types should list 6"),
+    (dict(model_type="gemma3_text", layer_types=["chunked_attention"] * 6), "layer_types"),
+    (dict(model_type="gemma3_text", sliding_window=None), "sliding_window should be a positive integer"),
+    (dict(model_type="gemma3_text", sliding_window_pattern=0), "sliding_window_pattern"),
+    (dict(model_type="gemma3_text", query_pre_attn_scalar=0), "query_pre_attn_scalar"),
+    (dict(model_type="gemma3_text", rope_parameters={"sliding_attention": {"rope_type": "linear", "factor": 2.0},
+                                                     "full_attention": {"rope_type": "default"}}),
+     "rope_parameters.sliding_attention.rope_type 'linear'"),
+    (dict(model_type="gemma3_text", rope_parameters={"full_attention": {"rope_type": "yarn", "factor": 2.0},
+                                                     "sliding_attention": {"rope_type": "default"}}),
+     "rope_parameters.full_attention.rope_type 'yarn' not supported"),
+])
+def test_what_gemma_needs_and_tinydiff_lacks_is_refused(kw, message):
+    with pytest.raises(ModelError, match=message):
+        config_from_dict(dict(SMALL, **kw))
+
+
+def test_gemma_checkpoints_use_gemmas_names(tmp_path):
+    """Gemma's post_attention_layernorm norms the attention's output (ours post_attention_norm);
+    its pre_feedforward_layernorm is the MLP's input norm: a Llama-named file is refused."""
+    src = ARCH / "gemma3"
+    f = open_safetensors(src / "model.safetensors")
+    renamed = {n.replace("post_attention_layernorm", "post_attention_norm")
+               .replace("pre_feedforward_layernorm", "post_attention_layernorm"): np.array(f.f32(n)) for n in f.names}
+    dst = tmp_path / "gemma3"
+    shutil.copytree(src, dst)
+    save_safetensors(dst / "model.safetensors", renamed)
+    with pytest.raises(ModelError, match="post_attention_norm.weight is not part of a gemma3_text model"):
+        load(str(dst))

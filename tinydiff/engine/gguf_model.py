@@ -74,16 +74,22 @@ def load_gguf(path):
 
 def load_gguf_model(path):
     """(the open GGUFFile, Config, Weights) of a GGUF model file: the model without its vocabulary."""
-    from .weights import GGUF_NAMES, layer_tensors, load_weights
     f = open_gguf(path)
     config = config_from_gguf(f)
-    weights = load_weights(config, f, GGUF_NAMES)
+    return f, config, gguf_weights(config, f)
+
+
+def gguf_weights(config, table):
+    """The Weights of a table of GGUF-named tensors (the file, or anything with its .path, .names
+    and .expect), the Q/K rows of a permuted architecture put back in HF's order."""
+    from .weights import GGUF_NAMES, layer_tensors, load_weights
+    weights = load_weights(config, table, GGUF_NAMES)
     if ARCHITECTURES[config.model_type].permuted:   # back to HF's row order, which our RoPE expects
         permuted = [t for t in layer_tensors(config) if t.permuted_heads]
         for lw in weights.layers:
             for t in permuted:
                 setattr(lw, t.name, permute_rows(getattr(lw, t.name), t.permuted_heads(config), True))
-    return f, config, weights
+    return weights
 
 
 def chat_template_of(f, config, tokenizer, path):
