@@ -222,6 +222,10 @@ class Tokenizer:
                 added.append({"id": i, "content": text, "special": kind == CONTROL, "normalized": False})
         normalizer, pre_tokenizer, ignore_merges = GGUF_PRE[pre]
         unk = v.get("unknown_token_id", int, -1)
+        missing = next((c for c in CHAR_TO_BYTE if c not in vocab), None)
+        if missing is not None and not 0 <= unk < len(tokens):
+            v.fail(f"{KEY}tokens lacks {_quote(missing)}, the token of byte 0x{CHAR_TO_BYTE[missing]:02x}, "
+                   "which a byte-level BPE needs")
         model = {"type": "BPE", "vocab": vocab, "merges": v.get("merges", list, []), "ignore_merges": ignore_merges,
                  "unk_token": tokens[unk] if 0 <= unk < len(tokens) else None}
         tok = cls._build({"model": model, "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
