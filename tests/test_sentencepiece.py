@@ -25,6 +25,7 @@ from tinydiff.formats.tokenizer import Tokenizer
 from real_models import GEMMA3, SMOLLM2, real_model
 
 CASES = os.path.join(os.path.dirname(__file__), "fixtures", "tokenizers", "gguf_real_cases.json")
+SMALL_CASES = os.path.join(os.path.dirname(__file__), "fixtures", "tokenizers", "spm_small_llama_cpp.json")
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 
@@ -147,6 +148,17 @@ def test_decoding_spaces_bytes_and_special_tokens():
 def test_a_lone_surrogate_is_the_callers_mistake():
     with pytest.raises(UsageError, match="U\\+D800"):
         small().encode("a\ud800")
+
+
+@pytest.mark.parametrize("name, flags", [("prefix", {}),
+                                         ("noprefix", {"add_space_prefix": False, "add_bos_token": False})])
+def test_the_small_vocabulary_gives_llama_cpps_ids(name, flags):
+    """llama-tokenize on this vocabulary written as a GGUF (tests/fixtures/make_gguf_vocab_reference.py
+    --small): merges, bytes, the space prefix after special tokens, "xyzw" as x + yzw."""
+    with open(SMALL_CASES, encoding="utf-8") as f:
+        rows = json.load(f)[name]
+    tok = small(**flags)
+    assert [[text, tok.encode(text)] for text, _ in rows] == rows
 
 
 # --- the merge pinned to a readable one ----------------------------------------------------------
