@@ -9,8 +9,9 @@ and checks each part of the file):
   5. post-process: add BOS/EOS around the ids as the template says.
 Decoding maps tokens back to bytes and decodes UTF-8 with errors='replace'.
 
-The same tokenizer comes from a GGUF file's tokenizer.ggml.* keys (Tokenizer.from_gguf): the
-file names its pre-tokenizer, and GGUF_PRE gives the tokenizer.json parts for that name.
+The same tokenizer comes from a GGUF file's tokenizer.ggml.* keys (Tokenizer.from_gguf, model
+"gpt2"): the file names its pre-tokenizer, and GGUF_PRE gives the tokenizer.json parts for that
+name. A GGUF SentencePiece vocabulary (model "llama") is sentencepiece.py's, with the same interface.
 
 The file is checked as it is read: a value of the wrong JSON type is one ModelError line naming the
 field ("model.vocab should be an object, got list"); ids must be 0..n-1 where n is what the file
