@@ -34,9 +34,9 @@ class Vocab:
         of numbers for scores, of integers otherwise); default when absent, an error when None."""
         value = self.meta.get(KEY + name, default)
         ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if kind is list and ok:
-            item = str if name in ("tokens", "merges") else (int, float) if name == "scores" else int
-            ok = all(isinstance(v, item) and not isinstance(v, bool) for v in value)
+        if kind is list and ok:   # item types by set(map(type)): C speed for 262k tokens
+            item = {str} if name in ("tokens", "merges") else {int, float} if name == "scores" else {int}
+            ok = set(map(type, value)) <= item
         if value is None or not ok:
             what = {list: "a list", str: "a string", int: "an integer", bool: "true or false"}[kind]
             self.fail(f"{KEY}{name} missing or not {what}")
@@ -60,16 +60,15 @@ class Vocab:
 
     def token_types(self, n):
         types = self.per_token("token_type", n, [NORMAL] * n)
-        bad = next((i for i, t in enumerate(types) if not UNDEFINED <= t <= BYTE), None)
-        if bad is not None:
+        if types and not UNDEFINED <= min(types) <= max(types) <= BYTE:
+            bad = next(i for i, t in enumerate(types) if not UNDEFINED <= t <= BYTE)
             self.fail(f"{KEY}token_type[{bad}] is {types[bad]}, not a llama_token_type (0..6)")
         return types
 
     def scores(self, n):
         scores = self.per_token("scores", n, None)
-        bad = next((i for i, s in enumerate(scores) if math.isnan(s)), None)
-        if bad is not None:   # a NaN has no place in the merge order
-            self.fail(f"{KEY}scores[{bad}] is NaN")
+        if any(map(math.isnan, scores)):   # a NaN has no place in the merge order
+            self.fail(f"{KEY}scores[{next(i for i, s in enumerate(scores) if math.isnan(s))}] is NaN")
         return scores
 
     def token_id(self, name, n, default=-1):

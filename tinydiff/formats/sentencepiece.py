@@ -4,7 +4,8 @@ tokenizer_st_partition, token_to_piece), in our own words.
 
 Takes the tokenizer.ggml.* keys (gguf_vocab.py reads and checks them): the tokens, a score and a
 llama_token_type per token, add_space_prefix (default true), add_bos_token (default true),
-add_eos_token (default false), the bos/eos/unknown ids (defaults 1, 2, 0 where in range).
+add_eos_token (default false), the bos/eos ids (defaults 1 and 2 where in range, as llama.cpp's),
+unknown_token_id (used only by a vocabulary without byte tokens, which llama.cpp cannot encode with).
 
 Encoding, one step per function below:
   1. special tokens out first (split_specials): the control, user-defined and unknown-type tokens
@@ -28,6 +29,8 @@ one, keeps it: a reply's first piece " Hello" keeps its space).
 import heapq
 import re
 
+import numpy as np
+
 from ..errors import ModelError, UsageError, is_integer
 from .gguf_vocab import BYTE, CONTROL, NORMAL, UNDEFINED, UNKNOWN, UNUSED, USER_DEFINED, Vocab
 
@@ -35,9 +38,9 @@ SPACE = "\u2581"                          # "▁", SentencePiece's spelling of a
 SPECIAL_TYPES = (CONTROL, USER_DEFINED, UNKNOWN)
 
 
-def spm_merge(text, scores):
+def spm_merge(text, vocab, scores):
     """The pieces of text after SentencePiece's merging: start from its characters; while some
-    adjacent pair spells a token (scores: token text -> score), join the pair of the highest score,
+    adjacent pair spells a token (vocab: text -> id, scores[id]), join the pair of the highest score,
     the leftmost of equals. A heap keeps it O(n log n); entries made stale by a merge are skipped
     (a pair is still valid while its two pieces are alive and as long as when it was pushed)."""
     n = len(text)
@@ -46,9 +49,9 @@ def spm_merge(text, scores):
     prv = list(range(-1, n - 1))             # [n] start of the previous live piece (-1 = none)
     heap = []                                # (-score, left start, length of the joined pair)
     for i in range(n - 1):
-        s = scores.get(text[i:i + 2])
-        if s is not None:
-            heap.append((-s, i, 2))
+        t = vocab.get(text[i:i + 2])
+        if t is not None:
+            heap.append((-scores[t], i, 2))
     heapq.heapify(heap)
     while heap:
         _, i, size = heapq.heappop(heap)
@@ -60,14 +63,14 @@ def spm_merge(text, scores):
         k = nxt[i] = nxt[j]
         if k < n:
             prv[k] = i
-            s = scores.get(piece[i] + piece[k])
-            if s is not None:
-                heapq.heappush(heap, (-s, i, size + len(piece[k])))
+            t = vocab.get(piece[i] + piece[k])
+            if t is not None:
+                heapq.heappush(heap, (-scores[t], i, size + len(piece[k])))
         p = prv[i]
         if p >= 0:
-            s = scores.get(piece[p] + piece[i])
-            if s is not None:
-                heapq.heappush(heap, (-s, p, len(piece[p]) + size))
+            t = vocab.get(piece[p] + piece[i])
+            if t is not None:
+                heapq.heappush(heap, (-scores[t], p, len(piece[p]) + size))
     return [p for p in piece if p]
 
 
@@ -137,13 +140,14 @@ class SentencePieceTokenizer:
                 if text in seen:
                     raise ModelError(f"{where}: tokenizer.ggml.tokens holds {text!r} twice (ids {seen[text]} and {i})")
                 seen[text] = i
-        self.scores = dict(zip(tokens, scores))                  # token text -> merge score
+        self.scores = scores                                     # [n] id -> merge score
         self.add_space_prefix = add_space_prefix
         self.bos, self.eos, self.unk = bos, eos, unk
         self.prefix_ids = [bos] if add_bos else []
         self.suffix_ids = [eos] if add_eos else []
-        self.special_ids = {i for i, t in enumerate(types) if t in (CONTROL, UNKNOWN)}
-        self.added = {tokens[i]: i for i, t in enumerate(types) if t in SPECIAL_TYPES}
+        kinds = np.asarray(types)
+        self.special_ids = set(np.flatnonzero((kinds == CONTROL) | (kinds == UNKNOWN)).tolist())
+        self.added = {tokens[i]: i for i in np.flatnonzero(np.isin(kinds, SPECIAL_TYPES)).tolist()}
         self.specials = _Specials(self.added.items())
         self.byte_ids = self._byte_tokens(where)                 # [256] byte -> id, or None
         self._bytes_cache = {}                                   # id -> bytes
@@ -156,10 +160,10 @@ class SentencePieceTokenizer:
         n = len(tokens)
         types, scores = v.token_types(n), v.scores(n)
 
-        def default(i):          # llama.cpp's SPM defaults, where they name a token
+        def default(i):          # llama.cpp's SPM defaults for BOS and EOS, where they name a token
             return i if i < n else -1
-        ids = {name: v.token_id(f"{name}_token_id", n, default(d)) for name, d in
-               (("bos", 1), ("eos", 2), ("unknown", 0))}
+        ids = {name: v.token_id(f"{name}_token_id", n, d) for name, d in
+               (("bos", default(1)), ("eos", default(2)), ("unknown", -1))}
         add_bos, add_eos = v.flag("add_bos_token", True), v.flag("add_eos_token", False)
         for flag, name in ((add_bos, "bos"), (add_eos, "eos")):
             if flag and ids[name] < 0:
@@ -208,7 +212,7 @@ class SentencePieceTokenizer:
 
     def _fragment(self, text):
         ids = []
-        for piece in spm_merge(text, self.scores):
+        for piece in spm_merge(text, self.vocab, self.scores):
             i = self.vocab.get(piece)
             if i is not None:
                 ids.append(i)

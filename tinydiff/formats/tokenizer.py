@@ -9,8 +9,9 @@ and checks each part of the file):
   5. post-process: add BOS/EOS around the ids as the template says.
 Decoding maps tokens back to bytes and decodes UTF-8 with errors='replace'.
 
-The same tokenizer comes from a GGUF file's tokenizer.ggml.* keys (Tokenizer.from_gguf): the
-file names its pre-tokenizer, and GGUF_PRE gives the tokenizer.json parts for that name.
+The same tokenizer comes from a GGUF file's tokenizer.ggml.* keys (Tokenizer.from_gguf, model
+"gpt2"): the file names its pre-tokenizer, and GGUF_PRE gives the tokenizer.json parts for that
+name. A GGUF SentencePiece vocabulary (model "llama") is sentencepiece.py's, with the same interface.
 
 The file is checked as it is read: a value of the wrong JSON type is one ModelError line naming the
 field ("model.vocab should be an object, got list"); ids must be 0..n-1 where n is what the file
@@ -222,6 +223,10 @@ class Tokenizer:
                 added.append({"id": i, "content": text, "special": kind == CONTROL, "normalized": False})
         normalizer, pre_tokenizer, ignore_merges = GGUF_PRE[pre]
         unk = v.get("unknown_token_id", int, -1)
+        missing = next((c for c in CHAR_TO_BYTE if c not in vocab), None)
+        if missing is not None and not 0 <= unk < len(tokens):
+            v.fail(f"{KEY}tokens lacks {_quote(missing)}, the token of byte 0x{CHAR_TO_BYTE[missing]:02x}, "
+                   "which a byte-level BPE needs")
         model = {"type": "BPE", "vocab": vocab, "merges": v.get("merges", list, []), "ignore_merges": ignore_merges,
                  "unk_token": tokens[unk] if 0 <= unk < len(tokens) else None}
         tok = cls._build({"model": model, "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
