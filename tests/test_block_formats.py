@@ -337,13 +337,14 @@ def x_error(x, w, name, wd):
 @SETTINGS
 @given(nb=st.integers(1, 4), m=st.integers(1, 40), n=st.integers(1, 3), seed=st.integers(0, 999))
 def test_vec_dot_is_its_integer_arithmetic(level, name, nb, m, n, seed):
-    """Few x rows (vec_dot, row by row): plain C is replica() to the bit; every level is within f32
-    rounding of the exact value, (nb + 4) roundings of each term's size; and within the activation
-    error of x @ dequantize(w)."""
+    """Few x rows (vec_dot, row by row): plain C is replica() to the bit, and so is NEON (with dotprod:
+    quant_arm.c keeps plain C's float steps and order); every level is within f32 rounding of the
+    exact value, (nb + 4) roundings of each term's size; and within the activation error of
+    x @ dequantize(w)."""
     w = blocks(name, (m, nb), seed, tame=True)
     x = np.random.default_rng(seed + 1).standard_normal((n, nb * per(name))).astype(np.float32)
     got = K.matmul(x, w)
-    if level == "c":
+    if level in ("c", "neon"):
         same_bits(got, replica(x, w, name))
     value, size = exact(x, w, name)
     tight = (nb + 4) * float(U) * size + 1e-30
