@@ -5,7 +5,8 @@
    - quant_isa.h's AVX2 and AVX-512 instances (suffixes _avx2, _avx512): f16 and bf16 rows, Q8_0 and
      Q4_0 rows to f32, x to Q8_0 (and Q8_0S, Q8_0V), the generic Q8_0 and Q4_0 dot products;
    - by hand, AVX2: the tiles of 4 weight rows by up to 2 x rows (dot_tile_avx2) and the X8 groups
-     (x8_tile_avx2);
+     (x8_tile_avx2); the dot products of Q4_1, Q5_1, Q5_0, IQ4_NL, Q4_K, Q5_K and Q6_K (bit for bit
+     plain C's), which AVX-512's table names too;
    - by hand, AVX-512 with an extension beyond AVX512F (AVX512_BF16, AVX512_VNNI; td_simd_ext says
      whether the CPU has it, and without it td_type_traits gives the AVX2 entry, as
      td_traits_avx512_needs says): the bf16, Q8_0 and Q4_0 dot products (as rows and as X8 groups).

@@ -6,15 +6,15 @@ csrc/quant_ref.c): Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
   finite scale: hypothesis, and a few thousand seeded blocks a type) and on every tensor of the two
   real files; the C's to_float (an embedding's rows) equals NumPy's bit for bit on every SIMD level;
 - x rows: the kernels quantize x to Q8_0, Q8_1 or Q8_K exactly as quant.quantize_x does;
-- the dot products (one x row, and a few: vec_dot): in plain C bit for bit NumPy's repetition of
-  their integer sums and float steps; on every level within f32 rounding of that model's exact
-  value; many rows (the f32 GEMM): bit for bit the GEMM of x as seen and the widened weights;
+- the dot products (one x row, and a few: vec_dot): on every level bit for bit NumPy's repetition
+  of their integer sums and float steps, and within f32 rounding of that model's exact value; many
+  rows (the f32 GEMM): bit for bit the GEMM of x as seen and the widened weights;
 - every path within the activation-quantization error of x @ dequantize(w), the bound made of the
   actual |x - x'| (and for Q4_1 and Q5_1 the rounding of x's block sums s);
 - loading: the types map to the kernels', the ledger books each one's true bytes a weight; a block
   with a NaN or infinite scale, a row that is not whole blocks: a ModelError naming the tensor.
-The SIMD levels run the plain-C functions for these types for now (quant.c's merge), so the bounds
-are what a fast path will have to keep.
+AVX2 (and AVX-512, which uses AVX2's) has its own dot products of Q4_1, Q5_1, Q5_0, IQ4_NL, Q4_K,
+Q5_K and Q6_K (quant_x86.c); the other types, x quantizers and to_float run plain C's (quant.c's merge).
 """
 import numpy as np
 import pytest
