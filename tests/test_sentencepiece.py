@@ -343,3 +343,13 @@ def test_gemmas_turns_are_its_turn_tokens():
     assert ids[:3] == [2, 105, 2364] and ids[-3:] == [105, 4368, 107]    # <bos><start_of_turn>user ... model\n
     assert tok.decode(ids) == text
     assert tok.special_ids >= {0, 1, 2, 3, 105, 106} and 107 not in tok.special_ids    # "\n" is user-defined
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text("xyzw<turn>/s ab", max_size=40))
+def test_the_special_split_covers_the_text(text):
+    tok = small(add_space_prefix=False, add_bos_token=False)
+    parts = tok.specials.split(text)
+    assert "".join(piece for piece, _ in parts) == text
+    assert all(piece and (i is None or tok.tokens[i] == piece) for piece, i in parts)
+    assert tok.decode(tok.encode(text)) == text
