@@ -261,7 +261,8 @@ FORMATS = {
     "index": (["llama-sharded"], "model.safetensors.index.json", mutate_json_text),
     # the richer tokenizers of test_tokenizer.py (templates, Split, normalizers, added-token flags),
     # loaded alone: no model has their 1000 tokens
-    "tokenizer alone": (["gpt2.json", "llama3.json", "qwen2.json", "legacy.json"], None, mutate_json_text),
+    "tokenizer alone": (["gpt2.json", "llama3.json", "qwen2.json", "legacy.json", "gemma.json", "llama2.json"], None,
+                        mutate_json_text),
 }
 
 

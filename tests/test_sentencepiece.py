@@ -343,3 +343,41 @@ def test_gemmas_turns_are_its_turn_tokens():
     assert ids[:3] == [2, 105, 2364] and ids[-3:] == [105, 4368, 107]    # <bos><start_of_turn>user ... model\n
     assert tok.decode(ids) == text
     assert tok.special_ids >= {0, 1, 2, 3, 105, 106} and 107 not in tok.special_ids    # "\n" is user-defined
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text("xyzw<turn>/s ab", max_size=40))
+def test_the_special_split_covers_the_text(text):
+    tok = small(add_space_prefix=False, add_bos_token=False)
+    parts = tok.specials.split(text)
+    assert "".join(piece for piece, _ in parts) == text
+    assert all(piece and (i is None or tok.tokens[i] == piece) for piece, i in parts)
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_a_model_with_a_sentencepiece_vocabulary_loads_generates_and_streams(tmp_path):
+    """The llama fixture rewritten with the small vocabulary (padded to its 320 rows): the prompt
+    gets its BOS and space prefix, and the streamed pieces are the generated text."""
+    import tinydiff
+    from tinydiff.formats.gguf import GGML_TYPES, Planned
+    f = open_gguf(os.path.join(os.path.dirname(__file__), "fixtures", "gguf", "llama-gqa-mixed.gguf"))
+    meta = {k: (f.value_types[k], v) for k, v in f.metadata.items() if not k.startswith("tokenizer.")}
+    vocab = small_vocab()
+    extra = 320 - len(vocab["tokenizer.ggml.tokens"])
+    vocab["tokenizer.ggml.tokens"] += [f"▁p{i}" for i in range(extra)]
+    vocab["tokenizer.ggml.scores"] += [-10.0 - i for i in range(extra)]
+    vocab["tokenizer.ggml.token_type"] += [NORMAL] * extra
+    for key, value in vocab.items():
+        kind = {"scores": "array[float32]", "token_type": "array[int32]", "tokens": "array[string]"}.get(
+            key.rsplit(".", 1)[1], "string" if isinstance(value, str) else "uint32")
+        meta[key] = (kind, value)
+    tensors = {name: Planned(GGML_TYPES[t.type][0].lower(), f.shape(name), lambda a=f.raw(name): a)
+               for name, t in f.tensors.items()}
+    write_gguf(tmp_path / "spm.gguf", meta, tensors)
+    model = tinydiff.load(str(tmp_path / "spm.gguf"))
+    assert isinstance(model.tokenizer, SentencePieceTokenizer)
+    assert model.encode_prompt("abc") == [1, model.tokenizer.token_to_id("▁abc")]
+    new = model.generate_ids(model.encode_prompt("abc xy"), max_new_tokens=8, temperature=0)
+    kept = [i for i in new if i not in model.stop_ids and i not in model.tokenizer.special_ids]
+    text = model.generate("abc xy", max_new_tokens=8, temperature=0)
+    assert text == model.tokenizer.decode_bytes(kept).decode("utf-8", errors="replace") and len(new) > 0

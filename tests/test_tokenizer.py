@@ -240,7 +240,7 @@ def test_not_utf8(tmp_path):
 @pytest.mark.parametrize("field,value,word", [
     ("model", {"type": "WordPiece", "vocab": {}, "unk_token": "[UNK]"}, "WordPiece"),
     ("model", {"type": "Unigram", "vocab": []}, "Unigram"),
-    ("normalizer", {"type": "Replace", "pattern": {"String": "a"}, "content": "b"}, "Replace"),
+    ("normalizer", {"type": "Replace", "pattern": {"Regex": "a"}, "content": "b"}, "regex"),
     ("normalizer", {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Strip"}]}, "Strip"),
     ("pre_tokenizer", {"type": "Metaspace", "replacement": "_"}, "Metaspace"),
     ("pre_tokenizer", {"type": "Split", "pattern": {"Regex": r"\p{Han}+"}, "behavior": "Isolated",
@@ -258,7 +258,7 @@ def test_unsupported_component(tmp_path, field, value, word):
 
 
 @pytest.mark.parametrize("edit,word", [
-    (lambda m: m.update(byte_fallback=True), "byte_fallback"),
+    (lambda m: m.update(dropout=0.1), "dropout"),
     (lambda m: m.update(continuing_subword_prefix="##"), "continuing_subword_prefix"),
     (lambda m: m["merges"].append(["zz", "q"]), "zz"),
     (lambda m: m["merges"].append("a b c"), "not a pair"),
@@ -433,3 +433,41 @@ def test_split_same_as_tokenizers(tmp_path, pattern, behavior, invert):
         assert ours.encode(text) == ref.encode(text).ids
 
     check()
+
+
+# --- SentencePiece-style tokenizer.json (Gemma's, Llama 2's): byte fallback, ▁ for spaces -------
+
+SPM_CASES = json.loads((FIXTURES / "spm_json_cases.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", ["gemma", "llama2"])
+def test_sentencepiece_style_files_match_tokenizers(name):
+    """Made by tests/fixtures/make_spm_json_fixtures.py with `tokenizers`: a BPE with byte_fallback,
+    normalizer Replace " " -> "▁" (Llama 2: Prepend "▁" first), decoder Replace, ByteFallback,
+    Fuse (Llama 2: Strip one leading space)."""
+    tok = Tokenizer.from_file(FIXTURES / f"{name}.json")
+    byte_ids = {tok.token_to_id(f"<0x{b:02X}>") for b in range(256)}
+    assert any(byte_ids & set(case["ids"]) for case in SPM_CASES[name])   # the fallback is exercised
+    for case in SPM_CASES[name]:
+        assert tok.encode(case["text"]) == case["ids"], case["text"]
+        assert tok.encode(case["text"], add_special_tokens=False) == case["ids_plain"]
+        assert tok.decode(case["ids"]) == case["decoded"]
+        assert tok.decode(case["ids"], skip_special_tokens=True) == case["decoded_skip"]
+
+
+def test_byte_fallback_without_unk_needs_every_byte_token(tmp_path):
+    obj = spec("gemma")
+    obj["model"]["unk_token"] = None
+    del obj["model"]["vocab"]["<0x41>"]
+    assert_one_line_error(write(tmp_path, obj), "<0x41>", "byte_fallback")
+
+
+@pytest.mark.parametrize("decoder, word", [
+    ({"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "ByteFallback"}]}, "ByteFallback"),
+    ({"type": "Sequence", "decoders": [{"type": "Strip", "content": " ", "start": 1, "stop": 0}]}, "Strip"),
+    ({"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"Regex": "x"}, "content": " "}]}, "Replace"),
+])
+def test_decoder_sequences_tinydiff_does_not_read_are_refused(tmp_path, decoder, word):
+    obj = spec("gemma")
+    obj["decoder"] = decoder
+    assert_one_line_error(write(tmp_path, obj), word)

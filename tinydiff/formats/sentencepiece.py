@@ -76,11 +76,13 @@ def spm_merge(text, vocab, scores):
 
 class _Specials:
     """Finds the special tokens in a text, in llama.cpp's order (step 1 of the module's contract).
-    Candidates are found by their first two characters (one for one-character tokens), so text
-    without them costs one regex scan."""
+    Which ones occur is found by their first two characters (one for one-character tokens), so
+    text without them costs one regex scan; then each one present, the longest first, takes its
+    occurrences left to right in what is still text, as llama.cpp's partition does."""
 
     def __init__(self, specials):
         self.ids = dict(specials)                                # text -> id
+        self.texts = {i: text for text, i in self.ids.items()}   # id -> text
         groups = {}                                              # first 1-2 chars -> lengths
         for text in self.ids:
             groups.setdefault(text[:2], set()).add(len(text))
@@ -90,38 +92,39 @@ class _Specials:
 
     def split(self, text):
         """[(fragment, None) or (token text, id)] covering text, fragments never empty."""
-        found = self._occurrences(text) if self.first else []
-        if not found:
-            return [(text, None)] if text else []
-        found.sort()                                             # longest, lowest id, leftmost
-        taken, claimed, last = [], bytearray(len(text)), {}
-        for _, i, start, length in found:
-            stop = start + length
-            if start < last.get(i, 0) or claimed.find(1, start, stop) >= 0:
-                continue
-            claimed[start:stop] = b"\1" * length
-            last[i] = stop
-            taken.append((start, stop, i))
-        out, pos = [], 0
-        for start, stop, i in sorted(taken):
-            if pos < start:
-                out.append((text[pos:start], None))
-            out.append((text[start:stop], i))
-            pos = stop
-        if pos < len(text):
-            out.append((text[pos:], None))
-        return out
+        present = self._present(text) if self.first else ()
+        free, taken = [(0, len(text))], []                       # text not yet token; (start, id)
+        for i in sorted(present, key=lambda i: (-len(self.texts[i]), i)):
+            token, left = self.texts[i], []
+            for start, stop in free:
+                at = text.find(token, start, stop)
+                while at >= 0:
+                    if at > start:
+                        left.append((start, at))
+                    taken.append((at, i))
+                    start = at + len(token)
+                    at = text.find(token, start, stop)
+                if start < stop:
+                    left.append((start, stop))
+            free = left
+        pieces = [(start, text[start:stop], None) for start, stop in free if stop > start]
+        pieces += [(at, self.texts[i], i) for at, i in taken]
+        return [(piece, i) for _, piece, i in sorted(pieces, key=lambda p: p[0])]
 
-    def _occurrences(self, text):
-        """Every (−length, id, start, length) of a special token in text, overlapping ones too."""
-        found, n = [], len(text)
+    def _present(self, text):
+        """The ids of the special tokens that occur in text."""
+        found, n, seen = set(), len(text), set()
         for m in self.first.finditer(text):
             start = m.start()
-            for key in {text[start:start + 2], text[start]}:
-                for length in self.groups.get(key, ()):
+            for key in (text[start:start + 2], text[start]):
+                lengths = self.groups.get(key)
+                if lengths is None or (key, text[start:start + lengths[0]]) in seen:
+                    continue
+                seen.add((key, text[start:start + lengths[0]]))   # a run of one character: once
+                for length in lengths:
                     i = self.ids.get(text[start:start + length]) if start + length <= n else None
                     if i is not None:
-                        found.append((-length, i, start, length))
+                        found.add(i)
         return found
 
 

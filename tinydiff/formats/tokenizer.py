@@ -18,8 +18,11 @@ field ("model.vocab should be an object, got list"); ids must be 0..n-1 where n 
 defines (vocab entries + added tokens; the token list in GGUF), checked before anything is sized
 by one; no two vocab tokens share an id; without an unk token, every byte has its token.
 
+SentencePiece-style BPE files (Gemma's, Llama 2's): normalizer Replace " " -> "▁" (and Prepend),
+BPE byte_fallback (a character the vocab lacks is its <0xXX> byte tokens), decoder Sequence of
+Replace, ByteFallback, Fuse, Strip.
 Not supported (a ModelError names them): other models (WordPiece, Unigram, ...), other
-normalizers/pre-tokenizers/decoders, byte_fallback, BPE dropout, subword prefixes/suffixes.
+normalizers/pre-tokenizers/decoders, BPE dropout, subword prefixes/suffixes.
 Ignored: offsets, truncation and padding settings, pair templates.
 """
 import heapq
@@ -34,7 +37,7 @@ from .tokenizer_json import (
     _AddedTokens,
     _Bad,
     _bpe_tables,
-    _check_decoder,
+    _decoder,
     _check_ids,
     _get,
     _normalizer,
@@ -141,10 +144,16 @@ class Tokenizer:
         self.fuse_unk = _get(model, "fuse_unk", bool, "model", False)
         self.normalize = _normalizer(spec.get("normalizer"), "normalizer")
         self.pre_tokenizers = _pre_tokenizers(spec.get("pre_tokenizer"), "pre_tokenizer")
-        _check_decoder(spec.get("decoder"))
+        self.decoder = _decoder(spec.get("decoder"))
+        # byte fallback: a character the vocab lacks is its UTF-8 bytes as <0xXX> tokens
+        self.byte_fallback = _get(model, "byte_fallback", bool, "model", False)
+        missing = next((b for b in range(256) if f"<0x{b:02X}>" not in self.vocab), None)
+        if self.byte_fallback and unk is None and missing is not None:
+            raise _Bad(f"model.vocab lacks <0x{missing:02X}>, which byte_fallback without an unk_token needs")
 
         entries = _added_entries(spec)
-        _check_ids(self.vocab, entries, len(self.vocab) + len(entries) if size is None else size, unk is not None)
+        _check_ids(self.vocab, entries, len(self.vocab) + len(entries) if size is None else size,
+                   unk is not None or not self.decoder.byte_level)
         self.raw_added = _AddedTokens([e for e in entries if not e.get("normalized")], None)
         self.norm_added = _AddedTokens([e for e in entries if e.get("normalized")], self.normalize)
         self.added = {e["content"]: e["id"] for e in entries}
@@ -325,6 +334,8 @@ class Tokenizer:
             i = self.vocab.get(c)
             if i is not None:
                 symbols.append(i)
+            elif self.byte_fallback and all(f"<0x{b:02X}>" in self.vocab for b in c.encode("utf-8")):
+                symbols.extend(self.vocab[f"<0x{b:02X}>"] for b in c.encode("utf-8"))
             elif self.unk_id is not None and not (self.fuse_unk and symbols and symbols[-1] == self.unk_id):
                 symbols.append(self.unk_id)
             # tokenizers drops a character it cannot map when there is no unk token
@@ -361,7 +372,10 @@ class Tokenizer:
     def text(self, ids, skip_special_tokens=False):
         """decode() for ids a model produced: an id past the tokenizer's (a padded vocabulary) is
         skipped, as tokenizers skips it."""
-        return self.decode_bytes(ids, skip_special_tokens).decode("utf-8", errors="replace")
+        text = self.decode_bytes(ids, skip_special_tokens).decode("utf-8", errors="replace")
+        for _ in range(self.decoder.strip):   # a SentencePiece file's Strip: its prefix space
+            text = text[1:] if text.startswith(" ") else text
+        return text
 
     def _token_bytes(self, i):
         b = self._bytes_cache.get(i)
@@ -369,8 +383,17 @@ class Tokenizer:
             text = self.id_to_token(i) or ""
             # As tokenizers' ByteLevel decoder: a token made only of byte stand-ins maps
             # back to those bytes; any other (an added token like "<|im start|>") is
-            # taken as its own UTF-8.
-            if all(c in CHAR_TO_BYTE for c in text):
+            # taken as its own UTF-8. A SentencePiece-style decoder: <0xXX> is that byte,
+            # any other token its text with "▁" made a space.
+            if not self.decoder.byte_level:
+                if self.decoder.byte_fallback and len(text) == 6 and text.startswith("<0x") and text.endswith(">") \
+                        and all(c in "0123456789ABCDEFabcdef" for c in text[3:5]):
+                    b = bytes([int(text[3:5], 16)])
+                else:
+                    for old, new in self.decoder.replaces:
+                        text = text.replace(old, new)
+                    b = text.encode("utf-8")
+            elif all(c in CHAR_TO_BYTE for c in text):
                 b = bytes(CHAR_TO_BYTE[c] for c in text)
             else:
                 b = text.encode("utf-8")

@@ -87,6 +87,17 @@ def _normalizer(spec, field):
         return lambda text: unicodedata.normalize(kind, text)
     if kind == "Lowercase":
         return _lowercase
+    if kind == "Replace":       # SentencePiece-style files: " " -> "▁"
+        pattern = _get(spec, "pattern", dict, field)
+        if "String" not in pattern:
+            raise _Unsupported("normalizer Replace with a regex pattern")
+        old, new = _get(pattern, "String", str, field + ".pattern"), _get(spec, "content", str, field)
+        if not old:
+            raise _Bad(f"{field}.pattern.String is empty")
+        return lambda text: text.replace(old, new)
+    if kind == "Prepend":
+        prefix = _get(spec, "prepend", str, field)
+        return lambda text: prefix + text if text else text
     raise _Unsupported(f"normalizer {_quote(kind)}")
 
 
@@ -167,10 +178,41 @@ def _token_pair(spec, key, field):
     return _check(pair[1], int, f"{field}.{key}[1]")
 
 
-def _check_decoder(spec):
+class Decoder:
+    """What a tokenizer.json decoder does, in one of the two shapes tinydiff reads: ByteLevel
+    (byte_level: tokens spelled in GPT-2's byte alphabet), or SentencePiece's Sequence of Replace
+    ("▁" -> " "), ByteFallback (<0xXX> tokens are bytes), Fuse and Strip (after Fuse: leading
+    spaces off the whole text)."""
+
+    def __init__(self, byte_level, replaces=(), byte_fallback=False, strip=0):
+        self.byte_level, self.replaces, self.byte_fallback, self.strip = byte_level, replaces, byte_fallback, strip
+
+
+def _decoder(spec):
     kind = _get(_check(spec, dict, "decoder"), "type", str, "decoder") if spec is not None else None
-    if kind != "ByteLevel":
-        raise _Unsupported(f"decoder {_quote(kind)} (need ByteLevel)")
+    if kind == "ByteLevel":
+        return Decoder(True)
+    if kind != "Sequence":
+        raise _Unsupported(f"decoder {_quote(kind)} (need ByteLevel, or a Sequence of Replace, ByteFallback, "
+                           "Fuse, Strip)")
+    replaces, byte_fallback, fused, strip = [], False, False, 0
+    for step, name in _items(spec, "decoders", dict, "decoder"):
+        kind = _get(step, "type", str, name)
+        if kind == "Replace" and not fused:
+            pattern = _get(step, "pattern", dict, name)
+            if "String" not in pattern or not pattern["String"]:
+                raise _Unsupported(f"{name}: Replace without a string pattern")
+            replaces.append((_get(pattern, "String", str, name + ".pattern"), _get(step, "content", str, name)))
+        elif kind == "ByteFallback" and not fused:
+            byte_fallback = True
+        elif kind == "Fuse":
+            fused = True
+        elif kind == "Strip" and fused and _get(step, "content", str, name) == " " and \
+                not _get(step, "stop", int, name, 0):
+            strip = _get(step, "start", int, name, 0)
+        else:
+            raise _Unsupported(f"{name}: decoder {_quote(kind)} here")
+    return Decoder(False, tuple(replaces), byte_fallback, strip)
 
 
 def _bpe_tables(model):
@@ -181,8 +223,6 @@ def _bpe_tables(model):
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if _get(model, key, str, "model", ""):
             raise _Unsupported(f"BPE {key} {_quote(model[key])}")
-    if _get(model, "byte_fallback", bool, "model", False):
-        raise _Unsupported("BPE byte_fallback")
     if _get(model, "dropout", float, "model", 0):
         raise _Unsupported("BPE dropout")
     vocab = _get(model, "vocab", dict, "model")
