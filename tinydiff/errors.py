@@ -43,6 +43,20 @@ def is_integer(x):
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
+def decode_ids(ids, vocab_size):
+    """What decode() takes, as a list: token ids (or one id, as transformers takes it), each a whole
+    number below vocab_size; else a UsageError naming the first that is not."""
+    if is_integer(ids):
+        ids = [ids]
+    elif not hasattr(ids, "__iter__") or isinstance(ids, (str, bytes)):
+        raise UsageError(f"decode takes token ids (a list of integers, or one), got {type(ids).__name__}")
+    ids = list(ids)
+    bad = next((i for i in ids if not is_integer(i) or not 0 <= i < vocab_size), None)
+    if bad is not None:
+        raise UsageError(f"decode: {bad!r} is not a token id of this tokenizer (0..{vocab_size - 1})")
+    return ids
+
+
 def is_number(x):
     """A real number (int or float, numpy's included), not a bool; NaN fails every range check."""
     return isinstance(x, numbers.Real) and not isinstance(x, bool)

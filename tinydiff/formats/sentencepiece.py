@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from ..errors import ModelError, UsageError, is_integer
+from ..errors import ModelError, UsageError, decode_ids, is_integer
 from .gguf_vocab import BYTE, CONTROL, NORMAL, UNDEFINED, UNKNOWN, UNUSED, USER_DEFINED, Vocab
 
 SPACE = "\u2581"                          # "▁", SentencePiece's spelling of a space
@@ -240,15 +240,7 @@ class SentencePieceTokenizer:
     def decode(self, ids, skip_special_tokens=False):
         """Token ids (or one id) -> text; an id that is not one of this vocabulary's is a
         UsageError (text(), for a model's output, skips those)."""
-        if is_integer(ids):
-            ids = [ids]
-        elif not hasattr(ids, "__iter__") or isinstance(ids, (str, bytes)):
-            raise UsageError(f"decode takes token ids (a list of integers, or one), got {type(ids).__name__}")
-        ids = list(ids)
-        bad = next((i for i in ids if not is_integer(i) or not 0 <= i < len(self.tokens)), None)
-        if bad is not None:
-            raise UsageError(f"decode: {bad!r} is not a token id of this tokenizer (0..{len(self.tokens) - 1})")
-        return self.text(ids, skip_special_tokens)
+        return self.text(decode_ids(ids, len(self.tokens)), skip_special_tokens)
 
     def text(self, ids, skip_special_tokens=False):
         """decode() for ids a model produced: ids past the vocabulary are skipped."""

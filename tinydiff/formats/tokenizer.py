@@ -28,7 +28,7 @@ Ignored: offsets, truncation and padding settings, pair templates.
 import heapq
 import json
 
-from ..errors import ModelError, UsageError, is_integer
+from ..errors import ModelError, UsageError, decode_ids, is_integer
 from .gguf_vocab import CONTROL, KEY, NORMAL, UNUSED, USER_DEFINED, Vocab
 from .pretokenizer import CHAR_TO_BYTE
 from .sentencepiece import SentencePieceTokenizer
@@ -359,15 +359,7 @@ class Tokenizer:
         become U+FFFD. An id that is not a whole number, or not one of this tokenizer's, is a
         UsageError (decode_bytes, which the decoders use on a model's output, skips those it does
         not know, as tokenizers does)."""
-        if is_integer(ids):
-            ids = [ids]
-        elif not hasattr(ids, "__iter__") or isinstance(ids, (str, bytes)):
-            raise UsageError(f"decode takes token ids (a list of integers, or one), got {type(ids).__name__}")
-        ids = list(ids)
-        bad = next((i for i in ids if not is_integer(i) or not 0 <= i < len(self.tokens)), None)
-        if bad is not None:
-            raise UsageError(f"decode: {bad!r} is not a token id of this tokenizer (0..{len(self.tokens) - 1})")
-        return self.text(ids, skip_special_tokens)
+        return self.text(decode_ids(ids, len(self.tokens)), skip_special_tokens)
 
     def text(self, ids, skip_special_tokens=False):
         """decode() for ids a model produced: an id past the tokenizer's (a padded vocabulary) is
