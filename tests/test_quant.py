@@ -51,8 +51,8 @@ def test_errors():
         quant.quantize(np.ones((2, 33), np.float32), "q4_0")
     with pytest.raises(UsageError, match="unknown weight type"):
         quant.quantize(np.ones((2, 32), np.float32), "q7_z")
-    with pytest.raises(UsageError, match="reads q5_k weights but does not write them"):
-        quant.quantize(np.ones((2, 256), np.float32), "q5_k")
+    with pytest.raises(UsageError, match="reads q2_k weights but does not write them"):
+        quant.quantize(np.ones((2, 256), np.float32), "q2_k")
     with pytest.raises(UsageError):
         quant.dequantize(np.ones(3, np.int16))
 

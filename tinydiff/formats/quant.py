@@ -15,10 +15,11 @@ The block layouts are llama.cpp's (ggml-common.h: block_q8_0, block_q4_0), byte 
 GGUF tensor maps onto these arrays without conversion. The rounding rules are ggml's reference
 quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so our files match llama.cpp's.
 
-The formats llama.cpp writes beyond these, which tinydiff reads (and does not write yet), are
-kquants.py's: q4_1, q5_0, q5_1, iq4_nl (blocks of 32), q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, iq4_xs
-(super-blocks of 256); their arrays are [m, k/32] or [m, k/256] blocks, and every function here
-takes them. TYPES names the types quantize makes, READS every stored type.
+The formats llama.cpp writes beyond these, which tinydiff reads, are kquants.py's: q4_1, q5_0,
+q5_1, iq4_nl (blocks of 32), q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, iq4_xs (super-blocks of 256); their
+arrays are [m, k/32] or [m, k/256] blocks, and every function here takes them. quantize writes
+q4_1, q5_0, q5_1, q4_k, q5_k and q6_k too, with ggml's reference quantizers (kquantize.py).
+TYPES names the types quantize makes here, WRITES all it makes, READS every stored type.
 
 Layouts made at load, never stored: Q8_0X8 and Q4_0X8 [m/8, k/32], Q8_0 and Q4_0 with
 their rows interleaved 8 at a time (csrc/quant.h, block_q8_0x8: d f16[8], qs int8[256], the bytes
@@ -30,7 +31,7 @@ holds number p of rows 32g..32g+31, for a model whose passes all have many rows 
 import numpy as np
 
 from ..errors import UsageError
-from . import kquants
+from . import kquantize, kquants
 
 QK = 32                                                        # weights per block
 BF16 = np.dtype([("bf16", "<u2")])                             # 2 bytes
@@ -38,6 +39,7 @@ Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", QK)])              # 34 bytes
 Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", QK // 2)])         # 18 bytes
 TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0}  # quantize's
 READS = {**TYPES, **{name: dt for name, (dt, _) in kquants.FORMATS.items()}}  # every stored type, kquants.py's too
+WRITES = (*TYPES, *kquantize.QUANTIZERS)                       # quantize's: TYPES and kquantize.py's
 Q8_0X8 = np.dtype([("d", "<f2", 8), ("qs", "i1", 8 * QK)])          # 272 bytes: 8 rows' blocks
 Q4_0X8 = np.dtype([("d", "<f2", 8), ("qs", "u1", 8 * QK // 2)])     # 144 bytes
 X8 = {Q8_0: Q8_0X8, Q4_0: Q4_0X8}                              # row type -> its interleaved type
@@ -160,7 +162,8 @@ def nonfinite_scale(w):
 
 
 def quantize(w, name):
-    """The matrix w [m, k] stored as type `name`. Block types need k % 32 == 0. w may already be of
+    """The matrix w [m, k] stored as type `name` (WRITES). Block types need k a multiple of their
+    block (32, or 256 for the K-quants). w may already be of
     a weight type: as it is if that is `name`, else its values (dequantized) stored anew."""
     if isinstance(w, np.ndarray) and w.dtype in (*READS.values(), *MADE_AT_LOAD.values()) and w.dtype != np.float32:
         if type_of(w) == name:
@@ -173,14 +176,16 @@ def quantize(w, name):
         return w.astype(np.float16)
     if name == "bf16":
         return to_bf16(w)
-    if name in READS and name not in TYPES:
-        raise UsageError(f"tinydiff reads {name} weights but does not write them yet; choose one of {', '.join(TYPES)}")
-    if name not in ("q8_0", "q4_0"):
-        raise UsageError(f"unknown weight type {name!r}; choose one of {', '.join(TYPES)}")
-    if w.shape[-1] % QK:
+    if name not in WRITES:
+        why = "tinydiff reads {} weights but does not write them" if name in READS else "unknown weight type {!r}"
+        raise UsageError(f"{why.format(name)}; choose one of {', '.join(WRITES)}")
+    n = BLOCK[READS[name]]
+    if w.shape[-1] % n:
         raise UsageError(f"cannot store a matrix with rows of {w.shape[-1]} weights as {name}: "
-                         f"rows must be a multiple of {QK}")
-    blocks = w.reshape(*w.shape[:-1], w.shape[-1] // QK, QK)  # [..., k/32, 32]
+                         f"rows must be a multiple of {n}")
+    blocks = w.reshape(*w.shape[:-1], w.shape[-1] // n, n)    # [..., k/n, n]
+    if name in kquantize.QUANTIZERS:
+        return kquantize.QUANTIZERS[name](blocks)
     return quantize_q8_0(blocks) if name == "q8_0" else quantize_q4_0(blocks)
 
 
