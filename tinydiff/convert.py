@@ -1,8 +1,12 @@
-"""`tinydiff convert`: a Hugging Face checkpoint folder written as a GGUF file.
+"""`tinydiff convert`: a Hugging Face checkpoint folder written as a GGUF file (or a GGUF file in
+another type: requantize.py, as llama-quantize).
 
 It writes what llama.cpp's convert_hf_to_gguf.py plus llama-quantize would: matrices in the chosen
 type, vectors f32, f16 for a q8_0/q4_0 matrix whose rows are not whole 32-weight blocks (the
-converter's own fallback), and the folder's chat template, if it has one. The conventions (names,
+converter's own fallback), and the folder's chat template, if it has one. The llama-quantize file
+types beyond those (q4_1, q5_0, q5_1, q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k; q4_k, q5_k their
+aliases) give each matrix llama-quantize's type for it (formats/mixes.py: Q6_K for the tied
+embedding, attn_v and ffn_down where it spends more bits, Q5_0 for Q4_K rows of 576, ...). The conventions (names,
 keys, the Q/K permutation) are gguf_model.py's, which reads such files back. The file is written
 under a temporary name and renamed into place, so an output that is a symlink is written through to
 its target, and one that is not a regular file (a device, FIFO, socket, directory) is refused before
@@ -13,12 +17,15 @@ import stat
 
 from .engine.gguf_model import ARCHITECTURES, HF_ARCHITECTURES, permute_rows
 from .errors import UsageError
-from .formats import quant
+from .formats import mixes, quant
 from .formats.files import fail
-from .formats.gguf import FILE_TYPES, QUANTIZATION_VERSION, Planned, write_gguf
+from .formats.gguf import QUANTIZATION_VERSION, Planned, write_gguf
+from .requantize import is_gguf, requantize
+
+CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")   # every matrix this type, as convert_hf_to_gguf.py
 
 
-def convert(src, out, wtype="f16"):
+def convert(src, out, wtype="f16", allow_requantize=False):
     """Writes the Hugging Face checkpoint folder src as the GGUF file out, as llama.cpp's
     convert_hf_to_gguf.py plus llama-quantize would: matrices (the token embedding too) in wtype,
     vectors (norms, biases) in f32. A q8_0/q4_0 matrix whose rows are not whole 32-weight blocks is
@@ -26,16 +33,20 @@ def convert(src, out, wtype="f16"):
 
     GGUF has one eos_token_id: of several EOS ids (config.json's and generation_config.json's), the
     first is it, and two more are kept as llama.cpp's eot_token_id / eom_token_id (_more_stops),
-    which load back into the stop set; a fourth would be lost."""
+    which load back into the stop set; a fourth would be lost.
+
+    A GGUF file src is requantized as llama-quantize does (requantize.py; a block-type tensor only
+    with allow_requantize); then the return value is {type: tensor count}."""
     from .engine.config import load_config
     from .engine.weights import refuse_unused
     from .formats.chat_template import load_chat_template
     from .formats.safetensors import load_checkpoint
     from .formats.tokenizer import Tokenizer
-    if wtype not in FILE_TYPES:
-        raise UsageError(f"unknown weight type {wtype!r}; choose one of {', '.join(FILE_TYPES)}")
+    wtype = mixes.canonical(wtype)
+    if is_gguf(src):
+        return requantize(src, _output_path(out), wtype, allow_requantize)
     if not os.path.isdir(src):
-        fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
+        fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a GGUF file")
     out = _output_path(out)     # before the checkpoint is read: a refusal costs nothing
     cfg = load_config(src)
     if cfg.model_type not in HF_ARCHITECTURES:  # Qwen 3, Gemma: read, not yet written
@@ -85,7 +96,7 @@ def _config_metadata(cfg, arch, wtype, name):
     a = arch + "."
     meta = {
         "general.architecture": ("string", arch), "general.name": ("string", name),
-        "general.file_type": ("uint32", FILE_TYPES[wtype]),
+        "general.file_type": ("uint32", mixes.file_type(wtype)),
         "general.quantization_version": ("uint32", QUANTIZATION_VERSION),
         a + "vocab_size": ("uint32", cfg.vocab_size),
         a + "context_length": ("uint32", cfg.max_position_embeddings),
@@ -165,16 +176,18 @@ def _tensor_plans(cfg, ckpt, arch, wtype):
     plans, fallbacks = {}, []
     if cfg.rope_scaling[:1] == ("llama3",):   # first, as llama.cpp's converter writes it
         plans["rope_freqs.weight"] = _rope_freqs(cfg)
-    for field, i, shape in fields:
-        def name(table):
-            return (table["layer"].format(i=i) if i != "" else "") + table[field]
-        t = "f32" if len(shape) == 1 else wtype
+    named = [((GGUF_NAMES["layer"].format(i=i) if i != "" else "") + GGUF_NAMES[field],
+              (hf_names["layer"].format(i=i) if i != "" else "") + hf_names[field], field, shape)
+             for field, i, shape in fields]
+    mix = None if wtype in CONVERTER_TYPES else mixes.types({g: s for g, _, _, s in named}, wtype, cfg.num_hidden_layers)
+    for gguf_name, hf, field, shape in named:
+        t = "f32" if len(shape) == 1 else wtype if mix is None else mix[gguf_name]
         if t in ("q8_0", "q4_0") and shape[-1] % quant.QK:
             t = "f16"
-            fallbacks.append(name(GGUF_NAMES))
+            fallbacks.append(gguf_name)
 
-        def make(hf=name(hf_names), shape=shape, t=t, n_head=heads.get(field)):
+        def make(hf=hf, shape=shape, t=t, n_head=heads.get(field)):
             w = ckpt.expect(hf, shape)
             return quant.quantize(permute_rows(w, n_head) if n_head else w, t)
-        plans[name(GGUF_NAMES)] = Planned(t, shape, make)
+        plans[gguf_name] = Planned(t, shape, make)
     return plans, fallbacks

@@ -8,6 +8,7 @@ import argparse
 
 from .. import __version__
 from ..errors import UsageError
+from ..formats import mixes
 from ..training.curves import add_curves_arguments, run_curves
 from ..training.evaluate import add_eval_arguments, run_eval
 from ..training.settings import add_train_arguments
@@ -197,9 +198,14 @@ def _info(sub):
 
 
 def _convert(sub):
-    v = sub.add_parser("convert", help="write a Hugging Face model folder as a GGUF file (llama.cpp's format)")
-    v.add_argument("-m", "--model", required=True, help="Hugging Face model folder")
-    v.add_argument("--type", default="f16", choices=["f32", "f16", "bf16", "q8_0", "q4_0"],
-                   help="type of the weight matrices; norms stay f32 (default f16)")
+    v = sub.add_parser("convert", help="write a Hugging Face model folder as a GGUF file (llama.cpp's format), "
+                                       "or a GGUF file in another type (as llama-quantize)")
+    v.add_argument("-m", "--model", required=True, help="Hugging Face model folder, or a .gguf file")
+    v.add_argument("--type", default="f16", type=str.lower, choices=mixes.CHOICES, metavar="TYPE",
+                   help="f32, f16, bf16, q8_0, q4_0: every matrix that type; q4_1, q5_0, q5_1, q4_k_m, q4_k_s, "
+                        "q5_k_m, q5_k_s, q6_k (q4_k, q5_k: aliases of the _m ones): llama-quantize's mix of types "
+                        "for it; norms stay f32 (default f16)")
+    v.add_argument("--allow-requantize", action="store_true",
+                   help="requantize a GGUF file's tensors that are already in a block type (as llama-quantize)")
     v.add_argument("-o", "--output", required=True, help="the .gguf file to write")
     v.set_defaults(run=cmd_convert)

@@ -197,12 +197,14 @@ def cmd_roofline(args):
 
 def cmd_convert(args):
     try:
-        fallbacks = convert(model_path(args.model), args.output, args.type)
+        result = convert(model_path(args.model), args.output, args.type, args.allow_requantize)
     except OSError as e:
         raise UsageError(f"{args.output}: cannot write ({e.strerror})") from None
-    if fallbacks:   # llama.cpp's converter does the same, with the same warning
-        print(f"note: {len(fallbacks)} matrices with rows that are not whole {args.type} blocks of 32 are "
-              f"stored as f16 ({', '.join(fallbacks[:3])}{', ...' if len(fallbacks) > 3 else ''})", file=sys.stderr)
+    if isinstance(result, dict):   # a GGUF file requantized: how many tensors of each type
+        print(f"types: {', '.join(f'{t} {n}' for t, n in sorted(result.items()))}", file=sys.stderr)
+    elif result:   # llama.cpp's converter does the same, with the same warning
+        print(f"note: {len(result)} matrices with rows that are not whole {args.type} blocks of 32 are "
+              f"stored as f16 ({', '.join(result[:3])}{', ...' if len(result) > 3 else ''})", file=sys.stderr)
     print(f"wrote {args.output}")
 
 
