@@ -837,7 +837,7 @@ def test_convert_then_generate_and_info_from_the_gguf(tmp_path):
 
 
 def test_convert_usage_errors(tmp_path):
-    one_line(*run("convert", "-m", os.path.join(HF, "llama-gqa"), "--type", "q5_k", "-o", "x.gguf"), 2, "q5_k")
+    one_line(*run("convert", "-m", os.path.join(HF, "llama-gqa"), "--type", "q2_k", "-o", "x.gguf"), 2, "q2_k", "q4_k_m")
     one_line(*run("convert", "-m", os.path.join(HF, "llama-gqa"), "--type", "f16",
                   "-o", str(tmp_path / "no" / "such" / "m.gguf")), 2, "cannot write")
     one_line(*run("convert", "--type", "f16", "-o", "x.gguf"), 2, "-m")
