@@ -45,13 +45,17 @@ def convert(src, out, wtype="f16", allow_requantize=False):
     wtype = mixes.canonical(wtype)
     if is_gguf(src):
         return requantize(src, _output_path(out), wtype, allow_requantize)
+    if allow_requantize:
+        raise UsageError("--allow-requantize is for a GGUF input: a Hugging Face folder's weights are not quantized")
     if not os.path.isdir(src):
         fail(src, "not a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a GGUF file")
     out = _output_path(out)     # before the checkpoint is read: a refusal costs nothing
     cfg = load_config(src)
-    if cfg.model_type not in HF_ARCHITECTURES:  # Qwen 3, Gemma: read, not yet written
+    if cfg.model_type not in HF_ARCHITECTURES:  # Gemma 2: read, not written
         fail(src, f"convert does not write {cfg.model_type} models yet ({', '.join(HF_ARCHITECTURES)})")
     arch = HF_ARCHITECTURES[cfg.model_type]
+    if arch == "gemma3":
+        _check_gemma3(cfg, src)
     ckpt = load_checkpoint(src)
     refuse_unused(cfg, ckpt)
     tok_path = os.path.join(src, "tokenizer.json")
@@ -109,7 +113,7 @@ def _config_metadata(cfg, arch, wtype, name):
         a + "rope.freq_base": ("float32", cfg.rope_theta),
         a + "attention.layer_norm_rms_epsilon": ("float32", cfg.rms_norm_eps),
     }
-    if cfg.head_dim != cfg.hidden_size // cfg.num_attention_heads:
+    if cfg.head_dim != cfg.hidden_size // cfg.num_attention_heads or arch == "gemma3":   # Gemma3Model: always
         meta[a + "attention.key_length"] = meta[a + "attention.value_length"] = ("uint32", cfg.head_dim)
     if not cfg.causal:
         meta[a + "attention.causal"] = ("bool", False)
@@ -120,7 +124,25 @@ def _config_metadata(cfg, arch, wtype, name):
     if cfg.rope_scaling[:1] == ("linear",):
         meta[a + "rope.scaling.type"] = ("string", "linear")
         meta[a + "rope.scaling.factor"] = ("float32", cfg.rope_scaling[1])
+    if arch == "gemma3" and cfg.layer_windows:   # as Gemma3Model.set_gguf_parameters writes them
+        meta[a + "attention.sliding_window"] = ("uint32", max(cfg.layer_windows))
+        meta[a + "rope.freq_base_swa"] = ("float32", cfg.local_rope_theta)
+    if arch == "gemma3" and cfg.final_logit_softcapping:
+        meta[a + "final_logit_softcapping"] = ("float32", cfg.final_logit_softcapping)
     return meta
+
+
+def _check_gemma3(cfg, src):
+    """What a gemma3 GGUF cannot say, refused rather than written as another model: llama.cpp fixes
+    the windowed layers (all but every sixth), one window, and q.k's scale 1/sqrt(head_dim)."""
+    import numpy as np
+    pattern = tuple(bool(w) for w in cfg.layer_windows)
+    if pattern and (pattern != tuple(i % 6 != 5 for i in range(cfg.num_hidden_layers)) or len(set(cfg.layer_windows) - {0}) > 1):
+        fail(src, "convert writes Gemma 3's sliding windows only in its own pattern (one window, every "
+                  "sixth layer global), which is all llama.cpp's gemma3 reads")
+    if cfg.attention_scale is not None and not np.isclose(cfg.attention_scale, 1 / np.sqrt(cfg.head_dim), rtol=1e-6):
+        fail(src, f"query_pre_attn_scalar {cfg.attention_scale ** -2:g} is not head_dim {cfg.head_dim}: llama.cpp's "
+                  "gemma3 scales q.k by 1/sqrt(head_dim) and has no key for another scale")
 
 
 def _special_tokens(cfg, tok, where):
@@ -165,8 +187,8 @@ def _rope_freqs(cfg):
 
 def _tensor_plans(cfg, ckpt, arch, wtype):
     """{GGUF name: Planned} in llama.cpp's order, and the names stored as f16 instead of wtype."""
-    from .engine.weights import GGUF_NAMES, HF_NAMES, LLADA_NAMES, layer_tensors
-    hf_names = LLADA_NAMES if cfg.model_type == "llada" else HF_NAMES
+    from .engine.weights import GGUF_NAMES, checkpoint_names, layer_tensors, stored_norm
+    hf_names = checkpoint_names(cfg)
     d, V = cfg.hidden_size, cfg.vocab_size
     layer = layer_tensors(cfg)
     fields = [("embed_tokens", "", (V, d))]
@@ -186,8 +208,8 @@ def _tensor_plans(cfg, ckpt, arch, wtype):
             t = "f16"
             fallbacks.append(gguf_name)
 
-        def make(hf=hf, shape=shape, t=t, n_head=heads.get(field)):
-            w = ckpt.expect(hf, shape)
+        def make(hf=hf, shape=shape, t=t, n_head=heads.get(field), field=field):
+            w = stored_norm(cfg, field, ckpt.expect(hf, shape))   # Gemma's norms as 1 + w, as its converter
             return quant.quantize(permute_rows(w, n_head) if n_head else w, t)
         plans[gguf_name] = Planned(t, shape, make)
     return plans, fallbacks

@@ -55,7 +55,8 @@ ARCHITECTURES = {"llama": Arch(True, True, False), "qwen2": Arch(False, True, Fa
                  "llada": Arch(True, False, False), "dream": Arch(False, False, True)}
 # Hugging Face model_type -> GGUF architecture, as llama.cpp's converter maps them (Mistral's
 # layout is Llama's), for the families `tinydiff convert` writes
-HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "llada": "llada", "Dream": "dream"}
+HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3",
+                    "llada": "llada", "Dream": "dream"}
 # The token texts llama.cpp's vocabulary loader makes end-of-generation tokens whatever the file's
 # ids say (llama-vocab.cpp, load: "auto-detect special tokens by text")
 END_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",

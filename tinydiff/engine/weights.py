@@ -164,7 +164,7 @@ def load_weights(cfg, ckpt, names=None):
     d, V = cfg.hidden_size, cfg.vocab_size
 
     def layer(i):
-        return LayerWeights(**{t.name: _norm(cfg, t.name, ckpt.expect(names["layer"].format(i=i) + names[t.name],
+        return LayerWeights(**{t.name: stored_norm(cfg, t.name, ckpt.expect(names["layer"].format(i=i) + names[t.name],
                                                                       t.shape(cfg)))
                                for t in layer_tensors(cfg)})
 
@@ -172,12 +172,12 @@ def load_weights(cfg, ckpt, names=None):
     return Weights(
         embed_tokens=embed,
         layers=[layer(i) for i in range(cfg.num_hidden_layers)],
-        norm=_norm(cfg, "norm", ckpt.expect(names["norm"], (d,))),
+        norm=stored_norm(cfg, "norm", ckpt.expect(names["norm"], (d,))),
         lm_head=embed if cfg.tie_word_embeddings else ckpt.expect(names["lm_head"], (V, d)),
     )
 
 
-def _norm(cfg, name, w):
+def stored_norm(cfg, name, w):
     """A norm's weight as the kernels scale by it: offset + w in f32 (computed as Gemma's
     RMSNorm computes 1.0 + weight.float()); anything else as it is."""
     if cfg.norm_offset and (name in NORMS or name == "norm"):
