@@ -18,8 +18,9 @@ import os
 import sys
 import tempfile
 
-from tinydiff.convert import FILE_TYPES, convert
+from tinydiff.convert import convert
 from tinydiff.engine.weights import HF_NAMES, LLADA_NAMES, random_weights
+from tinydiff.formats.mixes import CHOICES
 from tinydiff.formats.pretokenizer import BYTE_TO_CHAR
 from tinydiff.formats.safetensors import save_safetensors
 from tinydiff.measure.shapes import SHAPES, shape_config
@@ -87,8 +88,8 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="folder for the .gguf files")
     args = p.parse_args(argv)
     types = args.type.split(",")
-    if any(t not in FILE_TYPES for t in types):
-        p.error(f"--type: {args.type!r} is not a comma list of {', '.join(FILE_TYPES)}")
+    if any(t not in CHOICES for t in types):
+        p.error(f"--type: {args.type!r} is not a comma list of {', '.join(CHOICES)}")
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         hf_folder(args.shape, folder)

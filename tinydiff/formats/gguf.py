@@ -66,8 +66,6 @@ GGML_TYPES = {
 # grids, the ternary TQ types and the FP4 ones); quant.py names them in lower case.
 STORAGE = tuple(name.upper() for name in quant.READS)
 GGML_CODES = {GGML_TYPES[code][0]: code for code in GGML_TYPES}
-# llama_ftype of a file mostly of one type (general.file_type)
-FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
 
 TensorInfo = namedtuple("TensorInfo", "name type ne offset nbytes")  # type: ggml code; ne: dims as stored
 
