@@ -6,7 +6,17 @@
    Every dot product is bit for bit quant_ref.c's K_DOT: each super-block's integer sums (sub-block
    dot products times their integer scales, the minimums through x's sums of 16) made exactly in
    registers, then plain C's float steps for the super-block, in its order, one super-block after
-   another (tests/test_block_formats.py pins every level to its NumPy replica). */
+   another (tests/test_block_formats.py and tests/test_kquants_x86.py pin every level to plain C).
+   A type's integer work is one function, sums_<type>_<isa>, giving lanes whose sums are the
+   super-block's two integers (struct k_sums); the row (vec_dot) and the tile of 4 weight rows by
+   up to 4 x rows (vec_dot_4xn) are written once over it (K_ROWS): the tile adds 4 rows' lanes
+   across at once and keeps 4 independent float chains in flight, where a row waits on its own.
+
+   The integer tricks (learnt from llama.cpp's x86 kernels): maddubs multiplies unsigned bytes by
+   signed ones, so a format's signed quants go in with an offset that makes them unsigned (Q3_K's
+   q + 4, Q6_K's q + 32), taken back once a super-block through x's sums of 16 (bsums), or through
+   the sign trick, |a| . sign(b, a) = a . b (IQ4_XS, Q8_K); a pair of products stays within int16
+   (at most 2 x 127 x 128), each sub-block's pairs times its scale by madd, in int32. */
 #include <math.h>
 #include "quant.h"
 
@@ -19,20 +29,98 @@ TD_INLINE float fixed(float p)
     return p;
 }
 
-/* the sum of 8 int32 lanes (as quant_x86.c's) */
-TD_AVX2 TD_INLINE int32_t hsum_i32_8(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
-}
-
-
 /* a K type's super-block's float terms, as quant_ref.c's K_DOT: (d_w d_x) isum - (dmin_w d_x) imin */
 TD_INLINE float k_terms(float d, float dmin, float dx, int32_t isum, int32_t imin, const int has_min)
 {
     const float t = fixed(d * dx * (float)isum);
     return has_min ? t - fixed(dmin * dx * (float)imin) : t;
+}
+
+/* ---- x to Q8_K, and back ---- */
+
+/* quantize_row_q8_K_ref in 8 lanes: the largest magnitude (NaN passed over, as its > does: maxps
+   gives its second operand when either is NaN), the first number of that magnitude, iscale =
+   -127 / it; rint(iscale x) clamped (minps: NaN to 127, as fminf), packed to bytes; the sums of
+   16 by maddubs with ones and three rounds of hadd */
+TD_AVX2 static void quantize_row_q8_K_avx2(const float *x, void *vy, int64_t k)
+{
+    block_q8_K *y = vy;
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), ones = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8)
+            m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), magnitude), m);
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int first = 0;
+        for (int j = 0; j < QK_K; j += 8) {
+            const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + j), magnitude);
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (hit) {
+                first = j + __builtin_ctz((unsigned)hit);
+                break;
+            }
+        }
+        const float iscale = -127.0f / x[first];
+        const __m256 s = _mm256_set1_ps(iscale), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-128.0f);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            for (int c = 0; c < 4; c++) {
+                const __m256 r = _mm256_round_ps(_mm256_mul_ps(s, _mm256_loadu_ps(x + j + 8 * c)),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[c] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(r, hi), lo));
+            }
+            const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), _mm256_permutevar8x32_epi32(b, order));
+        }
+        __m256i p[8]; /* lanes 0..7: pair sums of the 16 quants of sum 2c, lanes 8..15 of sum 2c + 1 */
+        for (int c = 0; c < 8; c++)
+            p[c] = _mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * c)));
+        for (int c = 0; c < 4; c++)
+            p[c] = _mm256_hadd_epi16(p[2 * c], p[2 * c + 1]);
+        p[0] = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+        const __m128i even = _mm256_castsi256_si128(p[0]), odd = _mm256_extracti128_si256(p[0], 1); /* 0, 2, ..; 1, 3, .. */
+        _mm_storeu_si128((__m128i *)y[i].bsums, _mm_unpacklo_epi16(even, odd));
+        _mm_storeu_si128((__m128i *)(y[i].bsums + 8), _mm_unpackhi_epi16(even, odd));
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+TD_AVX2 static void q8_K_to_float_avx2(const void *vx, float *y, int64_t k)
+{
+    const block_q8_K *b = vx;
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const __m256 d = _mm256_set1_ps(b[i].d);
+        for (int j = 0; j < QK_K; j += 8) {
+            const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[i].qs + j)));
+            _mm256_storeu_ps(y + i * QK_K + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+        }
+    }
+}
+
+/* ---- AVX2: each type's integer sums of a super-block ---- */
+
+struct k_sums {
+    __m256i sum, min; /* 8 int32 lanes each, whose sums are K_DOT's scaled_dot and min_dot */
+};
+
+/* the int16 scales of sub-blocks 2c (lanes 0..7) and 2c+1 (lanes 8..15), of up to 16 int8 scales */
+TD_AVX2 TD_INLINE __m256i pair_scales(__m128i sc8, int c)
+{
+    const __m128i pick = _mm_set_epi64x(0x0101010101010101ll * (2 * c + 1), 0x0101010101010101ll * (2 * c));
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
+}
+
+/* lanes whose sum is sum_s sc[s] (x's sum in sub-block s of 16), sc 16 int16 lanes */
+TD_AVX2 TD_INLINE __m256i scaled_bsums_16(__m256i sc16, const int16_t *bsums)
+{
+    return _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums));
 }
 
 /* Q4_K's 8 scales (bytes 0..7) and 8 minimums (bytes 8..15) of a super-block, from its 12 bytes:
@@ -49,110 +137,265 @@ TD_INLINE void scales_mins_k4(const uint8_t p[K_SCALE_SIZE], uint8_t out[16])
     memcpy(out, o, 16);
 }
 
-/* sum_s mn[s] (x's sum in sub-block s of 32), mn 8 bytes at p, x's 16 sums of 16 */
-TD_AVX2 TD_INLINE int32_t min_dot_32(const uint8_t *mn, const int16_t *bsums)
+/* lanes whose sum is sum_s mn[s] (x's sum in sub-block s of 32), mn 8 bytes at p, x's 16 sums of 16 */
+TD_AVX2 TD_INLINE __m256i min_dot_32(const uint8_t *mn, const int16_t *bsums)
 {
     const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
     const __m128i sums = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)); /* 8 of 32 */
     const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-    __m128i s = _mm_madd_epi16(m, sums);
+    return _mm256_zextsi128_si256(_mm_madd_epi16(m, sums));
+}
+
+/* Q2_K: 32 bytes of quants a half, crumb j of each the weights 128h + 32j + l (sub-blocks 8h + 2j
+   and 8h + 2j + 1), unsigned (0..3) by x; the minimums by the bsums */
+TD_AVX2 TD_INLINE struct k_sums sums_q2_K_avx2(const block_q2_K *w, const block_q8_K *x)
+{
+    const __m128i sc = _mm_loadu_si128((const __m128i *)w->scales), m4 = _mm_set1_epi8(15);
+    const __m128i sc8 = _mm_and_si128(sc, m4), mn8 = _mm_and_si128(_mm_srli_epi16(sc, 4), m4);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * h));
+        for (int j = 0; j < 4; j++) {
+            const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)(x->qs + 128 * h + 32 * j));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), pair_scales(sc8, 4 * h + j)));
+        }
+    }
+    return (struct k_sums){acc, scaled_bsums_16(_mm256_cvtepu8_epi16(mn8), x->bsums)};
+}
+
+/* Q3_K's 16 6-bit scales - 32 as bytes: the low 4 bits in bytes 0..7 (low nibbles: scales 0..7,
+   high: 8..15), the high 2 bits in bytes 8..11 (bits 2t..2t+1 of byte 8 + s % 4 for s / 4 = t) */
+TD_AVX2 TD_INLINE __m128i scales_q3_K(const uint8_t p[K_SCALE_SIZE])
+{
+    uint32_t a[3], o[4];
+    memcpy(a, p, 12);
+    const uint32_t low4 = 0x0f0f0f0f, two = 0x03030303;
+    o[0] = (a[0] & low4) | (a[2] & two) << 4;               /* scales 0..3 */
+    o[1] = (a[1] & low4) | (a[2] >> 2 & two) << 4;          /* 4..7 */
+    o[2] = (a[0] >> 4 & low4) | (a[2] >> 4 & two) << 4;     /* 8..11 */
+    o[3] = (a[1] >> 4 & low4) | (a[2] >> 6 & two) << 4;     /* 12..15 */
+    return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)o), _mm_set1_epi8(32));
+}
+
+/* Q3_K: q + 4 = the low 2 bits | the high bit << 2 (0..7) unsigned by x, placed as Q2_K's; the 4
+   comes back once a super-block, 4 sum_s sc[s] (x's sum in s) */
+TD_AVX2 TD_INLINE struct k_sums sums_q3_K_avx2(const block_q3_K *w, const block_q8_K *x)
+{
+    const __m128i sc8 = scales_q3_K(w->scales);
+    const __m256i m2 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * h));
+        for (int j = 0; j < 4; j++) { /* the high bit of weight 32 (4h + j) + l: bit 4h + j of hmask[l] */
+            const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), m1), 2);
+            const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2), high);
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)(x->qs + 128 * h + 32 * j));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), pair_scales(sc8, 4 * h + j)));
+        }
+    }
+    const __m256i offset = _mm256_slli_epi32(scaled_bsums_16(_mm256_cvtepi8_epi16(sc8), x->bsums), 2);
+    return (struct k_sums){_mm256_sub_epi32(acc, offset), _mm256_setzero_si256()};
+}
+
+/* Q4_K (q5 0) and Q5_K (q5 1): 64 weights a step (32 bytes of nibbles: sub-blocks 2j and 2j+1),
+   unsigned by x in maddubs (Q5_K: at most 31 x 128 x 2, no saturation), each sub-block's int16
+   pairs times its scale by madd, summed in int32 */
+TD_AVX2 TD_INLINE struct k_sums sums_q45_K_avx2(const int q5, const void *vw, const block_q8_K *x)
+{
+    const block_q4_K *w4 = vw;
+    const block_q5_K *w5 = vw;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const uint8_t *qs = q5 ? w5->qs : w4->qs;
+    uint8_t sm[16];
+    scales_mins_k4(q5 ? w5->scales : w4->scales, sm);
+    const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)w5->qh) : _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (q5) { /* bit 2j of qh[l] for weight 64j + l, bit 2j + 1 for 64j + 32 + l */
+            const __m256i b = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), b), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), b), 4));
+        }
+        const __m256i xl = _mm256_loadu_si256((const __m256i *)(x->qs + 64 * j));
+        const __m256i xh = _mm256_loadu_si256((const __m256i *)(x->qs + 64 * j + 32));
+        const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sm[2 * j]));
+        const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sm[2 * j + 1]));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(pl, ph));
+    }
+    return (struct k_sums){acc, min_dot_32(sm + 8, x->bsums)};
+}
+
+TD_AVX2 TD_INLINE struct k_sums sums_q4_K_avx2(const block_q4_K *w, const block_q8_K *x) { return sums_q45_K_avx2(0, w, x); }
+TD_AVX2 TD_INLINE struct k_sums sums_q5_K_avx2(const block_q5_K *w, const block_q8_K *x) { return sums_q45_K_avx2(1, w, x); }
+
+/* Q6_K: the quants unsigned (q + 32, 0..63) by x in maddubs, each sub-block of 16's pairs times its
+   signed scale by madd; the 32 comes back once a super-block, 32 sum_s sc[s] (x's sum) */
+TD_AVX2 TD_INLINE struct k_sums sums_q6_K_avx2(const block_q6_K *w, const block_q8_K *x)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+        for (int c = 0; c < 4; c++) { /* weights 128h + 32c ..: nibble c / 2 of l0 (c even) or l1 */
+            const __m256i l = c % 2 ? l1 : l0;
+            const __m256i low = _mm256_and_si256(c < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+            const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4);
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)(x->qs + 128 * h + 32 * c));
+            const __m256i p = _mm256_maddubs_epi16(_mm256_or_si256(low, high), xq);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(sc8, 4 * h + c)));
+        }
+    }
+    const __m256i offset = _mm256_slli_epi32(scaled_bsums_16(_mm256_cvtepi8_epi16(sc8), x->bsums), 5);
+    return (struct k_sums){_mm256_sub_epi32(acc, offset), _mm256_setzero_si256()};
+}
+
+/* IQ4_XS's 8 6-bit scales - 32 as bytes: the low 4 bits nibble s % 2 of scales_l[s / 2], the high
+   2 bits bits 2s..2s+1 of scales_h, spread to a byte each by three shifts and masks */
+TD_AVX2 TD_INLINE __m128i scales_iq4_xs(const block_iq4_xs *w)
+{
+    uint32_t l;
+    memcpy(&l, w->scales_l, 4);
+    const __m128i low = _mm_unpacklo_epi8(_mm_cvtsi32_si128((int)(l & 0x0f0f0f0f)),
+                                          _mm_cvtsi32_si128((int)(l >> 4 & 0x0f0f0f0f)));
+    uint64_t h = w->scales_h;
+    h = (h | h << 24) & 0x000000FF000000FFull;  /* scales 0..3's bits in byte 0, 4..7's in byte 4 */
+    h = (h | h << 12) & 0x000F000F000F000Full;  /* two scales' bits a 16-bit word */
+    h = (h | h << 6) & 0x0303030303030303ull;   /* one a byte */
+    const __m128i high = _mm_slli_epi16(_mm_cvtsi64_si128((long long)h), 4);
+    return _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
+}
+
+/* IQ4_XS: the grid's values looked up by pshufb, 64 weights a step (32 bytes of indices: sub-blocks
+   2p and 2p+1, low nibbles the first 16 of each, high ones the next), the sign trick, x's halves
+   loaded to match (|grid| <= 127: a pair of products fits int16) */
+TD_AVX2 TD_INLINE struct k_sums sums_iq4_xs_avx2(const block_iq4_xs *w, const block_q8_K *x)
+{
+    const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m128i sc8 = scales_iq4_xs(w);
+    __m256i acc = _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
+        const __m256i lo = _mm256_shuffle_epi8(grid, _mm256_and_si256(q, m4)); /* weights 64p + 0..15, 32..47 */
+        const __m256i hi = _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)); /* 16..31, 48..63 */
+        const int8_t *xp = x->qs + 64 * p;
+        const __m256i xl = _mm256_loadu2_m128i((const __m128i *)(xp + 32), (const __m128i *)xp);
+        const __m256i xh = _mm256_loadu2_m128i((const __m128i *)(xp + 48), (const __m128i *)(xp + 16));
+        const __m256i s = pair_scales(sc8, p);
+        const __m256i pl = _mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(xl, lo));
+        const __m256i ph = _mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(xh, hi));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(pl, s), _mm256_madd_epi16(ph, s)));
+    }
+    return (struct k_sums){acc, _mm256_setzero_si256()};
+}
+
+/* Q8_K weights: the sign trick (a weight of -128 is 128 unsigned; x is never -128) */
+TD_AVX2 TD_INLINE struct k_sums sums_q8_K_avx2(const block_q8_K *w, const block_q8_K *x)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < QK_K; c += 32) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + c));
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)(x->qs + c));
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xq, q));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+    }
+    return (struct k_sums){acc, _mm256_setzero_si256()};
+}
+
+/* ---- the rows and tiles over the sums ---- */
+
+/* the sum of 8 int32 lanes */
+TD_AVX2 TD_INLINE int32_t hsum_i32_8(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
-/* Q4_K (q5 0) and Q5_K (q5 1) by Q8_K: 64 weights a step (32 bytes of nibbles: sub-blocks 2j and
-   2j+1), unsigned by x in maddubs (Q5_K: at most 31 x 128 x 2, no saturation), each sub-block's
-   int16 pairs times its scale by madd, summed in int32 */
-TD_AVX2 TD_INLINE float dot_q45_K_avx2(const int q5, int64_t k, const void *vw, const void *vx)
+/* the lane sums of 4 vectors, as 4 int32 */
+TD_AVX2 TD_INLINE void hsum4_i32_8(__m256i a, __m256i b, __m256i c, __m256i d, int32_t out[4])
 {
-    const block_q8_K *x = vx;
-    const __m256i m4 = _mm256_set1_epi8(15);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / QK_K; i++) {
-        const block_q4_K *w4 = (const block_q4_K *)vw + i;
-        const block_q5_K *w5 = (const block_q5_K *)vw + i;
-        const uint8_t *qs = q5 ? w5->qs : w4->qs;
-        uint8_t sm[16];
-        scales_mins_k4(q5 ? w5->scales : w4->scales, sm);
-        const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)w5->qh) : _mm256_setzero_si256();
-        __m256i acc = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (q5) { /* bit 2j of qh[l] for weight 64j + l, bit 2j + 1 for 64j + 32 + l */
-                const __m256i b = _mm256_set1_epi8(1);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), b), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), b), 4));
-            }
-            const __m256i xl = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * j));
-            const __m256i xh = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * j + 32));
-            const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sm[2 * j]));
-            const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sm[2 * j + 1]));
-            acc = _mm256_add_epi32(acc, _mm256_add_epi32(pl, ph));
-        }
-        sum += k_terms(_cvtsh_ss(q5 ? w5->d : w4->d), _cvtsh_ss(q5 ? w5->dmin : w4->dmin), x[i].d, hsum_i32_8(acc),
-                       min_dot_32(sm + 8, x[i].bsums), 1);
+    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    _mm_storeu_si128((__m128i *)out, _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+}
+
+/* vec_dot and vec_dot_4xn (quant.h) of a type over its sums_<type>_<isa>: super-block after
+   super-block, each row's terms as K_DOT's; D and DMIN the weight block b's scales as floats */
+#define K_ROWS(type, isa, has_min, TARGET, HSUM, HSUM4, D, DMIN)                                              \
+    TARGET static float vec_dot_##type##_q8_K_##isa(int64_t k, const void *vw, const void *vx)                \
+    {                                                                                                         \
+        const block_q8_K *x = vx;                                                                             \
+        float sum = 0.0f;                                                                                     \
+        for (int64_t i = 0; i < k / QK_K; i++) {                                                              \
+            const block_##type *b = (const block_##type *)vw + i;                                             \
+            const struct k_sums s = sums_##type##_##isa(b, &x[i]);                                            \
+            sum += k_terms(D, DMIN, x[i].d, HSUM(s.sum), has_min ? HSUM(s.min) : 0, has_min);                 \
+        }                                                                                                     \
+        return sum;                                                                                           \
+    }                                                                                                         \
+    TARGET static void vec_dot_4xn_##type##_q8_K_##isa(int64_t k, const void *vw, int64_t row_bytes,          \
+                                                       const void *vx, int64_t x_bytes, int nx, float *y,     \
+                                                       int64_t ldy)                                           \
+    {                                                                                                         \
+        for (int n = 0; n < nx; n++) {                                                                        \
+            const block_q8_K *x = (const block_q8_K *)((const char *)vx + n * x_bytes);                       \
+            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                          \
+            for (int64_t i = 0; i < k / QK_K; i++) {                                                          \
+                struct k_sums s[4];                                                                           \
+                for (int r = 0; r < 4; r++)                                                                   \
+                    s[r] = sums_##type##_##isa((const block_##type *)((const char *)vw + r * row_bytes) + i, &x[i]); \
+                int32_t isum[4], imin[4] = {0, 0, 0, 0};                                                      \
+                HSUM4(s[0].sum, s[1].sum, s[2].sum, s[3].sum, isum);                                          \
+                if (has_min)                                                                                  \
+                    HSUM4(s[0].min, s[1].min, s[2].min, s[3].min, imin);                                      \
+                for (int r = 0; r < 4; r++) {                                                                 \
+                    const block_##type *b = (const block_##type *)((const char *)vw + r * row_bytes) + i;     \
+                    sum[r] += k_terms(D, DMIN, x[i].d, isum[r], imin[r], has_min);                            \
+                }                                                                                             \
+            }                                                                                                 \
+            for (int r = 0; r < 4; r++)                                                                       \
+                y[n * ldy + r] = sum[r];                                                                      \
+        }                                                                                                     \
     }
-    return sum;
-}
 
-TD_AVX2 static float vec_dot_q4_K_q8_K_avx2(int64_t k, const void *w, const void *x) { return dot_q45_K_avx2(0, k, w, x); }
-TD_AVX2 static float vec_dot_q5_K_q8_K_avx2(int64_t k, const void *w, const void *x) { return dot_q45_K_avx2(1, k, w, x); }
+#define K_ROWS_AVX2(type, has_min, D, DMIN) K_ROWS(type, avx2, has_min, TD_AVX2, hsum_i32_8, hsum4_i32_8, D, DMIN)
+K_ROWS_AVX2(q2_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
+K_ROWS_AVX2(q3_K, 0, _cvtsh_ss(b->d), 0.0f)
+K_ROWS_AVX2(q4_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
+K_ROWS_AVX2(q5_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
+K_ROWS_AVX2(q6_K, 0, _cvtsh_ss(b->d), 0.0f)
+K_ROWS_AVX2(iq4_xs, 0, _cvtsh_ss(b->d), 0.0f)
+K_ROWS_AVX2(q8_K, 0, b->d, 0.0f)
+#undef K_ROWS_AVX2
 
-/* sum_s sc[s] (x's sum in sub-block s of 16), sc 16 int16 lanes */
-TD_AVX2 TD_INLINE int32_t scaled_bsums_16(__m256i sc16, const int16_t *bsums)
-{
-    return hsum_i32_8(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums)));
-}
+/* ---- the tables ---- */
 
-/* the int16 scales of sub-blocks 2c (lanes 0..7) and 2c+1 (lanes 8..15), of 16 int8 scales */
-TD_AVX2 TD_INLINE __m256i pair_scales(__m128i sc8, int c)
-{
-    const __m128i pick = _mm_set_epi64x(0x0101010101010101ll * (2 * c + 1), 0x0101010101010101ll * (2 * c));
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
-}
+/* a K type's entry: x as Q8_K by the level's quantizer, its row and its tile */
+#define K_ENTRY(type, isa) {.from_float = quantize_row_q8_K_avx2, .x_to_float = q8_K_to_float_avx2,              \
+                            .x_blck_size = QK_K, .x_type_size = sizeof(block_q8_K),                            \
+                            .vec_dot = vec_dot_##type##_q8_K_##isa, .vec_dot_4xn = vec_dot_4xn_##type##_q8_K_##isa}
 
-/* Q6_K by Q8_K: the quants unsigned (q + 32, 0..63) by x in maddubs, each sub-block of 16's pairs
-   times its signed scale by madd; the 32 comes back once a super-block, 32 sum_s sc[s] (x's sum) */
-TD_AVX2 static float vec_dot_q6_K_q8_K_avx2(int64_t k, const void *vw, const void *vx)
-{
-    const block_q6_K *w = vw;
-    const block_q8_K *x = vx;
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / QK_K; i++) {
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
-        __m256i acc = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
-            for (int c = 0; c < 4; c++) { /* weights 128h + 32c ..: nibble c / 2 of l0 (c even) or l1 */
-                const __m256i l = c % 2 ? l1 : l0;
-                const __m256i low = _mm256_and_si256(c < 2 ? l : _mm256_srli_epi16(l, 4), m4);
-                const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4);
-                const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[i].qs + 128 * h + 32 * c));
-                const __m256i p = _mm256_maddubs_epi16(_mm256_or_si256(low, high), xq);
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(sc8, 4 * h + c)));
-            }
-        }
-        const int32_t isum = hsum_i32_8(acc) - 32 * scaled_bsums_16(_mm256_cvtepi8_epi16(sc8), x[i].bsums);
-        sum += k_terms(_cvtsh_ss(w[i].d), 0.0f, x[i].d, isum, 0, 0);
-    }
-    return sum;
-}
-
-
-/* AVX2's own functions of the K types, per type; a field left out is quant_x86.c's, or plain C's */
+/* AVX2's own functions of the K types, per type; a field left out is plain C's */
 const struct type_traits td_traits_avx2_k[TD_NTYPES] = {
-    [TD_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2}, [TD_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2},
-    [TD_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2},
+    [TD_Q2_K] = K_ENTRY(q2_K, avx2), [TD_Q3_K] = K_ENTRY(q3_K, avx2), [TD_Q4_K] = K_ENTRY(q4_K, avx2),
+    [TD_Q5_K] = K_ENTRY(q5_K, avx2), [TD_Q6_K] = K_ENTRY(q6_K, avx2), [TD_IQ4_XS] = K_ENTRY(iq4_xs, avx2),
+    [TD_Q8_K] = K_ENTRY(q8_K, avx2),
 };
 
 /* AVX-512's: AVX2's for now */
 const struct type_traits td_traits_avx512_k[TD_NTYPES] = {
-    [TD_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2}, [TD_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2},
-    [TD_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2},
+    [TD_Q2_K] = K_ENTRY(q2_K, avx2), [TD_Q3_K] = K_ENTRY(q3_K, avx2), [TD_Q4_K] = K_ENTRY(q4_K, avx2),
+    [TD_Q5_K] = K_ENTRY(q5_K, avx2), [TD_Q6_K] = K_ENTRY(q6_K, avx2), [TD_IQ4_XS] = K_ENTRY(iq4_xs, avx2),
+    [TD_Q8_K] = K_ENTRY(q8_K, avx2),
 };
 
 /* the extension each AVX-512 entry needs; without it the AVX2 entry is used */
