@@ -123,27 +123,32 @@ TD_AVX2 TD_INLINE __m256i scaled_bsums_16(__m256i sc16, const int16_t *bsums)
     return _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums));
 }
 
-/* Q4_K's 8 scales (bytes 0..7) and 8 minimums (bytes 8..15) of a super-block, from its 12 bytes:
-   scale_min_k4's bits, moved 4 sub-blocks at a time in 32-bit words */
-TD_INLINE void scales_mins_k4(const uint8_t p[K_SCALE_SIZE], uint8_t out[16])
+/* Q4_K's and Q5_K's 8 scales (bytes 0..7) and 8 minimums (bytes 8..15) of a super-block, from
+   its 12 bytes (and 4 of the quants after them, unused): scale_min_k4's bits, 4 sub-blocks a
+   32-bit lane, in registers (a store of words read back as wider loads stalls store forwarding) */
+TD_AVX2 TD_INLINE __m128i scales_mins_k4(const uint8_t *p)
 {
-    uint32_t a[3], o[4];
-    memcpy(a, p, 12);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    o[0] = a[0] & low6;                                   /* scales 0..3 */
-    o[1] = (a[2] & low4) | ((a[0] >> 6) & top2) << 4;     /* scales 4..7 */
-    o[2] = a[1] & low6;                                   /* minimums 0..3 */
-    o[3] = ((a[2] >> 4) & low4) | ((a[1] >> 6) & top2) << 4; /* minimums 4..7 */
-    memcpy(out, o, 16);
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);        /* words a0 a1 a2 (and one more) */
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* a0 a2 a1 a2 */
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* a0 a0 a1 a1 */
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(b, 6), _mm_setr_epi32(0, 0x03030303, 0, 0x03030303));
+    return _mm_or_si128(low, _mm_slli_epi32(top, 4)); /* scales 0..3, 4..7, minimums 0..3, 4..7 */
 }
 
-/* lanes whose sum is sum_s mn[s] (x's sum in sub-block s of 32), mn 8 bytes at p, x's 16 sums of 16 */
-TD_AVX2 TD_INLINE __m256i min_dot_32(const uint8_t *mn, const int16_t *bsums)
+/* lanes whose sum is sum_s mn[s] (x's sum in sub-block s of 32), mn 8 int16, x's 16 sums of 16 */
+TD_AVX2 TD_INLINE __m256i min_dot_32(__m128i mn, const int16_t *bsums)
 {
     const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
     const __m128i sums = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)); /* 8 of 32 */
-    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-    return _mm256_zextsi128_si256(_mm_madd_epi16(m, sums));
+    return _mm256_zextsi128_si256(_mm_madd_epi16(mn, sums));
+}
+
+/* int16 word w of v in all 16 lanes */
+TD_AVX2 TD_INLINE __m256i word_16(__m128i v, int w)
+{
+    return _mm256_broadcastsi128_si256(_mm_shuffle_epi8(v, _mm_set1_epi16((short)((2 * w + 1) << 8 | 2 * w))));
 }
 
 /* Q2_K: 32 bytes of quants a half, crumb j of each the weights 128h + 32j + l (sub-blocks 8h + 2j
@@ -209,10 +214,9 @@ TD_AVX2 TD_INLINE struct k_sums sums_q45_K_avx2(const int q5, const void *vw, co
     const block_q5_K *w5 = vw;
     const __m256i m4 = _mm256_set1_epi8(15);
     const uint8_t *qs = q5 ? w5->qs : w4->qs;
-    uint8_t sm[16];
-    scales_mins_k4(q5 ? w5->scales : w4->scales, sm);
+    const __m128i sm = scales_mins_k4(q5 ? w5->scales : w4->scales), sc = _mm_cvtepu8_epi16(sm);
     const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)w5->qh) : _mm256_setzero_si256();
-    __m256i acc = _mm256_setzero_si256();
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int j = 0; j < 4; j++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
         __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -223,11 +227,11 @@ TD_AVX2 TD_INLINE struct k_sums sums_q45_K_avx2(const int q5, const void *vw, co
         }
         const __m256i xl = _mm256_loadu_si256((const __m256i *)(x->qs + 64 * j));
         const __m256i xh = _mm256_loadu_si256((const __m256i *)(x->qs + 64 * j + 32));
-        const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sm[2 * j]));
-        const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sm[2 * j + 1]));
-        acc = _mm256_add_epi32(acc, _mm256_add_epi32(pl, ph));
+        const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), word_16(sc, 2 * j));
+        const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), word_16(sc, 2 * j + 1));
+        acc[j % 2] = _mm256_add_epi32(acc[j % 2], _mm256_add_epi32(pl, ph));
     }
-    return (struct k_sums){acc, min_dot_32(sm + 8, x->bsums)};
+    return (struct k_sums){_mm256_add_epi32(acc[0], acc[1]), min_dot_32(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), x->bsums)};
 }
 
 TD_AVX2 TD_INLINE struct k_sums sums_q4_K_avx2(const block_q4_K *w, const block_q8_K *x) { return sums_q45_K_avx2(0, w, x); }
@@ -321,24 +325,36 @@ TD_AVX2 TD_INLINE int32_t hsum_i32_8(__m256i v)
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
-/* the lane sums of 4 vectors, as 4 int32 */
-TD_AVX2 TD_INLINE void hsum4_i32_8(__m256i a, __m256i b, __m256i c, __m256i d, int32_t out[4])
+/* the lane sums of 4 vectors, in the 4 lanes of one */
+TD_AVX2 TD_INLINE __m128i hsum4_i32_8(__m256i a, __m256i b, __m256i c, __m256i d)
 {
     const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
-    _mm_storeu_si128((__m128i *)out, _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }
 
+/* fixed() of 4 lanes */
+TD_INLINE __m128 fixed4(__m128 p)
+{
+    __asm__("" : "+x"(p));
+    return p;
+}
+
+/* the value of EXPR (of a weight block b) for the tile's 4 rows' blocks rb[0..3], in 4 lanes */
+#define ROW(r, EXPR) ({ const __typeof__(rb[0]) b = rb[r]; (void)b; EXPR; })
+#define ROWS4(EXPR) _mm_setr_ps(ROW(0, EXPR), ROW(1, EXPR), ROW(2, EXPR), ROW(3, EXPR))
+
 /* vec_dot and vec_dot_4xn (quant.h) of a type over its sums_<type>_<isa>: super-block after
-   super-block, each row's terms as K_DOT's; D and DMIN the weight block b's scales as floats */
-#define K_ROWS(type, isa, has_min, TARGET, HSUM, HSUM4, D, DMIN)                                              \
+   super-block, each row's terms as K_DOT's (D and DMIN: the weight block b's scales as floats);
+   the tile's 4 rows side by side in the lanes of its float steps, each lane the row's own chain */
+#define K_ROWS(type, isa, has_min, TARGET, HSUM, HSUM4, MSUM, MSUM4, D, DMIN)                                 \
     TARGET static float vec_dot_##type##_q8_K_##isa(int64_t k, const void *vw, const void *vx)                \
     {                                                                                                         \
         const block_q8_K *x = vx;                                                                             \
         float sum = 0.0f;                                                                                     \
         for (int64_t i = 0; i < k / QK_K; i++) {                                                              \
             const block_##type *b = (const block_##type *)vw + i;                                             \
-            const struct k_sums s = sums_##type##_##isa(b, &x[i]);                                            \
-            sum += k_terms(D, DMIN, x[i].d, HSUM(s.sum), has_min ? HSUM(s.min) : 0, has_min);                 \
+            const __auto_type s = sums_##type##_##isa(b, &x[i]);                                              \
+            sum += k_terms(D, DMIN, x[i].d, HSUM(s.sum), has_min ? MSUM(s.min) : 0, has_min);                 \
         }                                                                                                     \
         return sum;                                                                                           \
     }                                                                                                         \
@@ -348,26 +364,28 @@ TD_AVX2 TD_INLINE void hsum4_i32_8(__m256i a, __m256i b, __m256i c, __m256i d, i
     {                                                                                                         \
         for (int n = 0; n < nx; n++) {                                                                        \
             const block_q8_K *x = (const block_q8_K *)((const char *)vx + n * x_bytes);                       \
-            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                          \
+            __m128 sum = _mm_setzero_ps();                                                                    \
             for (int64_t i = 0; i < k / QK_K; i++) {                                                          \
-                struct k_sums s[4];                                                                           \
-                for (int r = 0; r < 4; r++)                                                                   \
-                    s[r] = sums_##type##_##isa((const block_##type *)((const char *)vw + r * row_bytes) + i, &x[i]); \
-                int32_t isum[4], imin[4] = {0, 0, 0, 0};                                                      \
-                HSUM4(s[0].sum, s[1].sum, s[2].sum, s[3].sum, isum);                                          \
-                if (has_min)                                                                                  \
-                    HSUM4(s[0].min, s[1].min, s[2].min, s[3].min, imin);                                      \
-                for (int r = 0; r < 4; r++) {                                                                 \
-                    const block_##type *b = (const block_##type *)((const char *)vw + r * row_bytes) + i;     \
-                    sum[r] += k_terms(D, DMIN, x[i].d, isum[r], imin[r], has_min);                            \
+                const block_##type *rb[4];                                                                    \
+                __typeof__(sums_##type##_##isa(0, 0)) s[4];                                                   \
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                                         \
+                    rb[r] = (const block_##type *)((const char *)vw + r * row_bytes) + i;                     \
+                    s[r] = sums_##type##_##isa(rb[r], &x[i]);                                                 \
                 }                                                                                             \
+                const __m128 dx = _mm_set1_ps(x[i].d);                                                        \
+                __m128 t = fixed4(_mm_mul_ps(_mm_mul_ps(ROWS4(D), dx),                                        \
+                                             _mm_cvtepi32_ps(HSUM4(s[0].sum, s[1].sum, s[2].sum, s[3].sum))));  \
+                if (has_min)                                                                                  \
+                    t = _mm_sub_ps(t, fixed4(_mm_mul_ps(_mm_mul_ps(ROWS4(DMIN), dx),                          \
+                                             _mm_cvtepi32_ps(MSUM4(s[0].min, s[1].min, s[2].min, s[3].min))))); \
+                sum = _mm_add_ps(sum, t);                                                                     \
             }                                                                                                 \
-            for (int r = 0; r < 4; r++)                                                                       \
-                y[n * ldy + r] = sum[r];                                                                      \
+            _mm_storeu_ps(y + n * ldy, sum);                                                                  \
         }                                                                                                     \
     }
 
-#define K_ROWS_AVX2(type, has_min, D, DMIN) K_ROWS(type, avx2, has_min, TD_AVX2, hsum_i32_8, hsum4_i32_8, D, DMIN)
+#define K_ROWS_AVX2(type, has_min, D, DMIN) \
+    K_ROWS(type, avx2, has_min, TD_AVX2, hsum_i32_8, hsum4_i32_8, hsum_i32_8, hsum4_i32_8, D, DMIN)
 K_ROWS_AVX2(q2_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
 K_ROWS_AVX2(q3_K, 0, _cvtsh_ss(b->d), 0.0f)
 K_ROWS_AVX2(q4_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
@@ -376,6 +394,163 @@ K_ROWS_AVX2(q6_K, 0, _cvtsh_ss(b->d), 0.0f)
 K_ROWS_AVX2(iq4_xs, 0, _cvtsh_ss(b->d), 0.0f)
 K_ROWS_AVX2(q8_K, 0, b->d, 0.0f)
 #undef K_ROWS_AVX2
+
+/* ---- AVX-512 (AVX512BW for maddubs on zmm, AVX512_VNNI for vpdpwssd: madd and add in one): the
+   same sums, 128 weights a step, each sub-block's int16 pairs times its scale added to int32 lanes
+   by vpdpwssd; the scales made int16 vectors by a word permute a step. IQ4_XS and Q8_K keep AVX2's:
+   their sign trick has no 512-bit form. ---- */
+
+struct k_sums512 {
+    __m512i sum; /* 16 int32 lanes whose sum is scaled_dot */
+    __m256i min; /* 8 whose sum is min_dot */
+};
+
+/* lanes i of the result: word idx[i] of 16 int16 scales s */
+TD_AVX512_VNNI TD_INLINE __m512i scale_words(__m256i s, const uint16_t idx[32])
+{
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), _mm512_castsi256_si512(s));
+}
+
+/* sub-block (of 32) of each int16 lane of a step's two vectors: Q4_K's and Q5_K's, steps t = 0, 1 */
+static const uint16_t sub32[4][32] = {
+#define HALF(a, b) a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b
+    {HALF(0, 1)}, {HALF(2, 3)}, {HALF(4, 5)}, {HALF(6, 7)},
+#undef HALF
+};
+
+/* Q4_K (q5 0) and Q5_K (q5 1): a step t is 64 bytes of nibbles, sub-blocks 4t .. 4t + 3 (low
+   nibbles of the first 32 bytes, high ones, low of the next 32, high), regrouped by 128-bit lanes
+   into x's order (two zmm of x, 4t and 4t + 1, then 4t + 2 and 4t + 3); Q5_K's fifth bits added
+   (16) where a byte test of qh finds them */
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q45_K_avx512(const int q5, const void *vw, const block_q8_K *x)
+{
+    const block_q4_K *w4 = vw;
+    const block_q5_K *w5 = vw;
+    const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
+    const uint8_t *qs = q5 ? w5->qs : w4->qs;
+    const __m256i sm = _mm256_cvtepu8_epi16(scales_mins_k4(q5 ? w5->scales : w4->scales)); /* words 0..7, 8..15 */
+    const __m512i qh = q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w5->qh)) : _mm512_setzero_si512();
+    __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (int t = 0; t < 2; t++) {
+        const __m512i q = _mm512_loadu_si512(qs + 64 * t);
+        __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        if (q5) { /* sub-block s's fifth bit: bit s of qh[l]; lo holds s = 4t, 4t + 2, hi 4t + 1, 4t + 3 */
+            const __m512i blo = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << 4 * t)), _mm256_set1_epi8((char)(4 << 4 * t)), 1);
+            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, blo), lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, _mm512_add_epi8(blo, blo)), hi, sixteen);
+        }
+        const __m512i wa = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)); /* sub-blocks 4t, 4t + 1 */
+        const __m512i wb = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2)); /* 4t + 2, 4t + 3 */
+        const __m512i xa = _mm512_loadu_si512(x->qs + 128 * t), xb = _mm512_loadu_si512(x->qs + 128 * t + 64);
+        acc[0] = _mm512_dpwssd_epi32(acc[0], _mm512_maddubs_epi16(wa, xa), scale_words(sm, sub32[2 * t]));
+        acc[1] = _mm512_dpwssd_epi32(acc[1], _mm512_maddubs_epi16(wb, xb), scale_words(sm, sub32[2 * t + 1]));
+    }
+    return (struct k_sums512){_mm512_add_epi32(acc[0], acc[1]), min_dot_32(_mm256_extracti128_si256(sm, 1), x->bsums)};
+}
+
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q4_K_avx512(const block_q4_K *w, const block_q8_K *x) { return sums_q45_K_avx512(0, w, x); }
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q5_K_avx512(const block_q5_K *w, const block_q8_K *x) { return sums_q45_K_avx512(1, w, x); }
+
+/* sub-block (of 16) of each int16 lane of a 64-weight vector: 4u .. 4u + 3, 8 lanes each */
+static const uint16_t sub16[4][32] = {
+#define QUARTER(a) a, a, a, a, a, a, a, a, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, \
+                   a + 2, a + 2, a + 2, a + 2, a + 2, a + 2, a + 2, a + 2, a + 3, a + 3, a + 3, a + 3, a + 3, a + 3, a + 3, a + 3
+    {QUARTER(0)}, {QUARTER(4)}, {QUARTER(8)}, {QUARTER(12)},
+#undef QUARTER
+};
+
+/* Q6_K: a half h is 64 bytes of ql (nibble 0: weights 128h + 0..63, nibble 1: + 64..127, x's
+   order as they are) and 32 of qh (crumb c for weights 128h + 32c + l), both halves of a zmm
+   shifted by their own count */
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q6_K_avx512(const block_q6_K *w, const block_q8_K *x)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
+    const __m256i sc = _mm256_cvtepi8_epi16(sc8);
+    const __m512i shift01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1); /* crumbs 0, 1 */
+    const __m512i shift23 = _mm512_add_epi16(shift01, _mm512_set1_epi16(4));                     /* 2, 3 */
+    __m512i acc = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        const __m512i l = _mm512_loadu_si512(w->ql + 64 * h);
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w->qh + 32 * h)));
+        const __m512i ua = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift01), m2), 4));
+        const __m512i ub = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift23), m2), 4));
+        const __m512i xa = _mm512_loadu_si512(x->qs + 128 * h), xb = _mm512_loadu_si512(x->qs + 128 * h + 64);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(ua, xa), scale_words(sc, sub16[2 * h]));
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(ub, xb), scale_words(sc, sub16[2 * h + 1]));
+    }
+    const __m256i offset = _mm256_slli_epi32(scaled_bsums_16(sc, x->bsums), 5);
+    return (struct k_sums512){_mm512_sub_epi32(acc, _mm512_zextsi256_si512(offset)), _mm256_setzero_si256()};
+}
+
+/* Q2_K (q3 0) and Q3_K (q3 1): the two halves h side by side in a zmm (64 bytes of quants), crumb j
+   of each for weights 32j + l and 128 + 32j + l (sub-blocks 2j, 2j + 1, 8 + 2j, 9 + 2j), x's two
+   runs of 32 put together to match; Q3_K's high bit (+4) where a byte test of hmask finds it */
+static const uint16_t sub16_q2[4][32] = {
+#define RUNS(a) a, a, a, a, a, a, a, a, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, \
+                a + 8, a + 8, a + 8, a + 8, a + 8, a + 8, a + 8, a + 8, a + 9, a + 9, a + 9, a + 9, a + 9, a + 9, a + 9, a + 9
+    {RUNS(0)}, {RUNS(2)}, {RUNS(4)}, {RUNS(6)},
+#undef RUNS
+};
+
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q23_K_avx512(const int q3, const void *vw, const block_q8_K *x)
+{
+    const block_q2_K *w2 = vw;
+    const block_q3_K *w3 = vw;
+    const __m512i m2 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    __m128i sc8, mn8 = _mm_setzero_si128();
+    if (q3)
+        sc8 = scales_q3_K(w3->scales);
+    else {
+        const __m128i s = _mm_loadu_si128((const __m128i *)w2->scales), m4 = _mm_set1_epi8(15);
+        sc8 = _mm_and_si128(s, m4), mn8 = _mm_and_si128(_mm_srli_epi16(s, 4), m4);
+    }
+    const __m256i sc = _mm256_cvtepi8_epi16(sc8);
+    const __m512i q = _mm512_loadu_si512(q3 ? w3->qs : w2->qs);
+    const __m512i hm = q3 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w3->hmask)) : _mm512_setzero_si512();
+    __m512i acc = _mm512_setzero_si512();
+    for (int j = 0; j < 4; j++) {
+        __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m2);
+        if (q3) /* weight 32 (4h + j) + l's high bit: bit 4h + j of hmask[l] */
+            u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(hm, _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << j)),
+                                                                                     _mm256_set1_epi8((char)(16 << j)), 1)),
+                                     u, four);
+        const __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * j))),
+                                              _mm256_loadu_si256((const __m256i *)(x->qs + 128 + 32 * j)), 1);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, xq), scale_words(sc, sub16_q2[j]));
+    }
+    if (q3) {
+        const __m256i offset = _mm256_slli_epi32(scaled_bsums_16(sc, x->bsums), 2);
+        return (struct k_sums512){_mm512_sub_epi32(acc, _mm512_zextsi256_si512(offset)), _mm256_setzero_si256()};
+    }
+    return (struct k_sums512){acc, scaled_bsums_16(_mm256_cvtepu8_epi16(mn8), x->bsums)};
+}
+
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q2_K_avx512(const block_q2_K *w, const block_q8_K *x) { return sums_q23_K_avx512(0, w, x); }
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q3_K_avx512(const block_q3_K *w, const block_q8_K *x) { return sums_q23_K_avx512(1, w, x); }
+
+/* the K_ROWS reductions of k_sums512: the zmm's halves added, then as AVX2's */
+TD_AVX512_VNNI TD_INLINE __m256i halves(__m512i v)
+{
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+TD_AVX512_VNNI TD_INLINE int32_t hsum_512(__m512i v) { return hsum_i32_8(halves(v)); }
+TD_AVX512_VNNI TD_INLINE __m128i hsum4_512(__m512i a, __m512i b, __m512i c, __m512i d)
+{
+    return hsum4_i32_8(halves(a), halves(b), halves(c), halves(d));
+}
+
+/* K_ROWS's sums are zmm, its minimums ymm */
+#define K_ROWS_AVX512(type, has_min, D, DMIN) \
+    K_ROWS(type, avx512, has_min, TD_AVX512_VNNI, hsum_512, hsum4_512, hsum_i32_8, hsum4_i32_8, D, DMIN)
+K_ROWS_AVX512(q2_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
+K_ROWS_AVX512(q3_K, 0, _cvtsh_ss(b->d), 0.0f)
+K_ROWS_AVX512(q4_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
+K_ROWS_AVX512(q5_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
+K_ROWS_AVX512(q6_K, 0, _cvtsh_ss(b->d), 0.0f)
+#undef K_ROWS_AVX512
 
 /* ---- the tables ---- */
 
@@ -391,13 +566,14 @@ const struct type_traits td_traits_avx2_k[TD_NTYPES] = {
     [TD_Q8_K] = K_ENTRY(q8_K, avx2),
 };
 
-/* AVX-512's: AVX2's for now */
+/* AVX-512's (IQ4_XS and Q8_K: AVX2's, as the x quantizer) */
 const struct type_traits td_traits_avx512_k[TD_NTYPES] = {
-    [TD_Q2_K] = K_ENTRY(q2_K, avx2), [TD_Q3_K] = K_ENTRY(q3_K, avx2), [TD_Q4_K] = K_ENTRY(q4_K, avx2),
-    [TD_Q5_K] = K_ENTRY(q5_K, avx2), [TD_Q6_K] = K_ENTRY(q6_K, avx2), [TD_IQ4_XS] = K_ENTRY(iq4_xs, avx2),
+    [TD_Q2_K] = K_ENTRY(q2_K, avx512), [TD_Q3_K] = K_ENTRY(q3_K, avx512), [TD_Q4_K] = K_ENTRY(q4_K, avx512),
+    [TD_Q5_K] = K_ENTRY(q5_K, avx512), [TD_Q6_K] = K_ENTRY(q6_K, avx512), [TD_IQ4_XS] = K_ENTRY(iq4_xs, avx2),
     [TD_Q8_K] = K_ENTRY(q8_K, avx2),
 };
 
 /* the extension each AVX-512 entry needs; without it the AVX2 entry is used */
-const int td_traits_avx512_k_needs[TD_NTYPES] = {0};
+const int td_traits_avx512_k_needs[TD_NTYPES] = {[TD_Q2_K] = TD_EXT_VNNI, [TD_Q3_K] = TD_EXT_VNNI, [TD_Q4_K] = TD_EXT_VNNI,
+                                                 [TD_Q5_K] = TD_EXT_VNNI, [TD_Q6_K] = TD_EXT_VNNI};
 #endif
