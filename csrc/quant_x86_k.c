@@ -174,14 +174,14 @@ TD_AVX2 TD_INLINE struct k_sums sums_q2_K_avx2(const block_q2_K *w, const block_
    high: 8..15), the high 2 bits in bytes 8..11 (bits 2t..2t+1 of byte 8 + s % 4 for s / 4 = t) */
 TD_AVX2 TD_INLINE __m128i scales_q3_K(const uint8_t p[K_SCALE_SIZE])
 {
-    uint32_t a[3], o[4];
-    memcpy(a, p, 12);
-    const uint32_t low4 = 0x0f0f0f0f, two = 0x03030303;
-    o[0] = (a[0] & low4) | (a[2] & two) << 4;               /* scales 0..3 */
-    o[1] = (a[1] & low4) | (a[2] >> 2 & two) << 4;          /* 4..7 */
-    o[2] = (a[0] >> 4 & low4) | (a[2] >> 4 & two) << 4;     /* 8..11 */
-    o[3] = (a[1] >> 4 & low4) | (a[2] >> 6 & two) << 4;     /* 12..15 */
-    return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)o), _mm_set1_epi8(32));
+    uint32_t a2;
+    memcpy(&a2, p + 8, 4); /* 12 bytes: a 16-byte load would pass the last block's end */
+    const __m128i v = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)p), (int)a2, 2); /* words a0 a1 a2 */
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)); /* a0 a1 a0 a1: the low 4 bits */
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)); /* a2: the high 2 */
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi32(0x0f0f0f0f));
+    const __m128i high = _mm_and_si128(_mm_srlv_epi32(b, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi32(0x03030303));
+    return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi32(high, 4)), _mm_set1_epi8(32));
 }
 
 /* Q3_K: q + 4 = the low 2 bits | the high bit << 2 (0..7) unsigned by x, placed as Q2_K's; the 4
@@ -339,14 +339,18 @@ TD_INLINE __m128 fixed4(__m128 p)
     return p;
 }
 
-/* the value of EXPR (of a weight block b) for the tile's 4 rows' blocks rb[0..3], in 4 lanes */
-#define ROW(r, EXPR) ({ const __typeof__(rb[0]) b = rb[r]; (void)b; EXPR; })
-#define ROWS4(EXPR) _mm_setr_ps(ROW(0, EXPR), ROW(1, EXPR), ROW(2, EXPR), ROW(3, EXPR))
+/* a weight block's scale field f as a float (F16 or F32, as the format stores it), of block b, or
+   of the tile's 4 rows' blocks rb[0..3] in 4 lanes */
+#define SCALAR_F16(f) _cvtsh_ss(b->f)
+#define SCALAR_F32(f) (b->f)
+#define ROWS4_F16(f) _mm_cvtph_ps(_mm_setr_epi16((short)rb[0]->f, (short)rb[1]->f, (short)rb[2]->f, (short)rb[3]->f, 0, 0, 0, 0))
+#define ROWS4_F32(f) _mm_setr_ps(rb[0]->f, rb[1]->f, rb[2]->f, rb[3]->f)
 
 /* vec_dot and vec_dot_4xn (quant.h) of a type over its sums_<type>_<isa>: super-block after
-   super-block, each row's terms as K_DOT's (D and DMIN: the weight block b's scales as floats);
-   the tile's 4 rows side by side in the lanes of its float steps, each lane the row's own chain */
-#define K_ROWS(type, isa, has_min, TARGET, HSUM, HSUM4, MSUM, MSUM4, D, DMIN)                                 \
+   super-block, each row's terms as K_DOT's (the block's scales d and, where has_min, dmin, stored
+   as F, F16 or F32); the tile's 4 rows side by side in the lanes of its float steps, each lane the
+   row's own chain */
+#define K_ROWS(type, isa, has_min, TARGET, HSUM, HSUM4, MSUM, MSUM4, F)                                        \
     TARGET static float vec_dot_##type##_q8_K_##isa(int64_t k, const void *vw, const void *vx)                \
     {                                                                                                         \
         const block_q8_K *x = vx;                                                                             \
@@ -354,7 +358,8 @@ TD_INLINE __m128 fixed4(__m128 p)
         for (int64_t i = 0; i < k / QK_K; i++) {                                                              \
             const block_##type *b = (const block_##type *)vw + i;                                             \
             const __auto_type s = sums_##type##_##isa(b, &x[i]);                                              \
-            sum += k_terms(D, DMIN, x[i].d, HSUM(s.sum), has_min ? MSUM(s.min) : 0, has_min);                 \
+            sum += k_terms(SCALAR_##F(d), has_min ? SCALAR_##F(DMIN_##type) : 0.0f, x[i].d, HSUM(s.sum),       \
+                           has_min ? MSUM(s.min) : 0, has_min);                                               \
         }                                                                                                     \
         return sum;                                                                                           \
     }                                                                                                         \
@@ -373,10 +378,10 @@ TD_INLINE __m128 fixed4(__m128 p)
                     s[r] = sums_##type##_##isa(rb[r], &x[i]);                                                 \
                 }                                                                                             \
                 const __m128 dx = _mm_set1_ps(x[i].d);                                                        \
-                __m128 t = fixed4(_mm_mul_ps(_mm_mul_ps(ROWS4(D), dx),                                        \
+                __m128 t = fixed4(_mm_mul_ps(_mm_mul_ps(ROWS4_##F(d), dx),                                        \
                                              _mm_cvtepi32_ps(HSUM4(s[0].sum, s[1].sum, s[2].sum, s[3].sum))));  \
                 if (has_min)                                                                                  \
-                    t = _mm_sub_ps(t, fixed4(_mm_mul_ps(_mm_mul_ps(ROWS4(DMIN), dx),                          \
+                    t = _mm_sub_ps(t, fixed4(_mm_mul_ps(_mm_mul_ps(ROWS4_##F(DMIN_##type), dx),                          \
                                              _mm_cvtepi32_ps(MSUM4(s[0].min, s[1].min, s[2].min, s[3].min))))); \
                 sum = _mm_add_ps(sum, t);                                                                     \
             }                                                                                                 \
@@ -384,15 +389,24 @@ TD_INLINE __m128 fixed4(__m128 p)
         }                                                                                                     \
     }
 
-#define K_ROWS_AVX2(type, has_min, D, DMIN) \
-    K_ROWS(type, avx2, has_min, TD_AVX2, hsum_i32_8, hsum4_i32_8, hsum_i32_8, hsum4_i32_8, D, DMIN)
-K_ROWS_AVX2(q2_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
-K_ROWS_AVX2(q3_K, 0, _cvtsh_ss(b->d), 0.0f)
-K_ROWS_AVX2(q4_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
-K_ROWS_AVX2(q5_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
-K_ROWS_AVX2(q6_K, 0, _cvtsh_ss(b->d), 0.0f)
-K_ROWS_AVX2(iq4_xs, 0, _cvtsh_ss(b->d), 0.0f)
-K_ROWS_AVX2(q8_K, 0, b->d, 0.0f)
+/* the field of each type's minimums' scale (d where it has none: never read) */
+#define DMIN_q2_K dmin
+#define DMIN_q3_K d
+#define DMIN_q4_K dmin
+#define DMIN_q5_K dmin
+#define DMIN_q6_K d
+#define DMIN_iq4_xs d
+#define DMIN_q8_K d
+
+#define K_ROWS_AVX2(type, has_min, F) \
+    K_ROWS(type, avx2, has_min, TD_AVX2, hsum_i32_8, hsum4_i32_8, hsum_i32_8, hsum4_i32_8, F)
+K_ROWS_AVX2(q2_K, 1, F16)
+K_ROWS_AVX2(q3_K, 0, F16)
+K_ROWS_AVX2(q4_K, 1, F16)
+K_ROWS_AVX2(q5_K, 1, F16)
+K_ROWS_AVX2(q6_K, 0, F16)
+K_ROWS_AVX2(iq4_xs, 0, F16)
+K_ROWS_AVX2(q8_K, 0, F32)
 #undef K_ROWS_AVX2
 
 /* ---- AVX-512 (AVX512BW for maddubs on zmm, AVX512_VNNI for vpdpwssd: madd and add in one): the
@@ -411,17 +425,18 @@ TD_AVX512_VNNI TD_INLINE __m512i scale_words(__m256i s, const uint16_t idx[32])
     return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), _mm512_castsi256_si512(s));
 }
 
-/* sub-block (of 32) of each int16 lane of a step's two vectors: Q4_K's and Q5_K's, steps t = 0, 1 */
+/* sub-block (of 32) of each int16 lane of a step's two vectors: Q4_K's and Q5_K's low nibbles and
+   high ones, steps t = 0, 1 */
 static const uint16_t sub32[4][32] = {
 #define HALF(a, b) a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b
-    {HALF(0, 1)}, {HALF(2, 3)}, {HALF(4, 5)}, {HALF(6, 7)},
+    {HALF(0, 2)}, {HALF(1, 3)}, {HALF(4, 6)}, {HALF(5, 7)},
 #undef HALF
 };
 
 /* Q4_K (q5 0) and Q5_K (q5 1): a step t is 64 bytes of nibbles, sub-blocks 4t .. 4t + 3 (low
-   nibbles of the first 32 bytes, high ones, low of the next 32, high), regrouped by 128-bit lanes
-   into x's order (two zmm of x, 4t and 4t + 1, then 4t + 2 and 4t + 3); Q5_K's fifth bits added
-   (16) where a byte test of qh finds them */
+   nibbles of the first 32 bytes, high ones, low of the next 32, high), x's 128 quants regrouped by
+   128-bit lanes to match (the same for a tile's 4 rows: the compiler makes them once); Q5_K's
+   fifth bits added (16) where a byte test of qh finds them */
 TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q45_K_avx512(const int q5, const void *vw, const block_q8_K *x)
 {
     const block_q4_K *w4 = vw;
@@ -439,11 +454,11 @@ TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q45_K_avx512(const int q5, const 
             lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, blo), lo, sixteen);
             hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, _mm512_add_epi8(blo, blo)), hi, sixteen);
         }
-        const __m512i wa = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)); /* sub-blocks 4t, 4t + 1 */
-        const __m512i wb = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2)); /* 4t + 2, 4t + 3 */
         const __m512i xa = _mm512_loadu_si512(x->qs + 128 * t), xb = _mm512_loadu_si512(x->qs + 128 * t + 64);
-        acc[0] = _mm512_dpwssd_epi32(acc[0], _mm512_maddubs_epi16(wa, xa), scale_words(sm, sub32[2 * t]));
-        acc[1] = _mm512_dpwssd_epi32(acc[1], _mm512_maddubs_epi16(wb, xb), scale_words(sm, sub32[2 * t + 1]));
+        const __m512i xlo = _mm512_shuffle_i64x2(xa, xb, _MM_SHUFFLE(1, 0, 1, 0)); /* sub-blocks 4t, 4t + 2 */
+        const __m512i xhi = _mm512_shuffle_i64x2(xa, xb, _MM_SHUFFLE(3, 2, 3, 2)); /* 4t + 1, 4t + 3 */
+        acc[0] = _mm512_dpwssd_epi32(acc[0], _mm512_maddubs_epi16(lo, xlo), scale_words(sm, sub32[2 * t]));
+        acc[1] = _mm512_dpwssd_epi32(acc[1], _mm512_maddubs_epi16(hi, xhi), scale_words(sm, sub32[2 * t + 1]));
     }
     return (struct k_sums512){_mm512_add_epi32(acc[0], acc[1]), min_dot_32(_mm256_extracti128_si256(sm, 1), x->bsums)};
 }
@@ -469,7 +484,7 @@ TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q6_K_avx512(const block_q6_K *w, 
     const __m256i sc = _mm256_cvtepi8_epi16(sc8);
     const __m512i shift01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1); /* crumbs 0, 1 */
     const __m512i shift23 = _mm512_add_epi16(shift01, _mm512_set1_epi16(4));                     /* 2, 3 */
-    __m512i acc = _mm512_setzero_si512();
+    __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     for (int h = 0; h < 2; h++) {
         const __m512i l = _mm512_loadu_si512(w->ql + 64 * h);
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w->qh + 32 * h)));
@@ -478,11 +493,12 @@ TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q6_K_avx512(const block_q6_K *w, 
         const __m512i ub = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
                                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift23), m2), 4));
         const __m512i xa = _mm512_loadu_si512(x->qs + 128 * h), xb = _mm512_loadu_si512(x->qs + 128 * h + 64);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(ua, xa), scale_words(sc, sub16[2 * h]));
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(ub, xb), scale_words(sc, sub16[2 * h + 1]));
+        acc[0] = _mm512_dpwssd_epi32(acc[0], _mm512_maddubs_epi16(ua, xa), scale_words(sc, sub16[2 * h]));
+        acc[1] = _mm512_dpwssd_epi32(acc[1], _mm512_maddubs_epi16(ub, xb), scale_words(sc, sub16[2 * h + 1]));
     }
     const __m256i offset = _mm256_slli_epi32(scaled_bsums_16(sc, x->bsums), 5);
-    return (struct k_sums512){_mm512_sub_epi32(acc, _mm512_zextsi256_si512(offset)), _mm256_setzero_si256()};
+    return (struct k_sums512){_mm512_sub_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_zextsi256_si512(offset)),
+                              _mm256_setzero_si256()};
 }
 
 /* Q2_K (q3 0) and Q3_K (q3 1): the two halves h side by side in a zmm (64 bytes of quants), crumb j
@@ -510,7 +526,7 @@ TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q23_K_avx512(const int q3, const 
     const __m256i sc = _mm256_cvtepi8_epi16(sc8);
     const __m512i q = _mm512_loadu_si512(q3 ? w3->qs : w2->qs);
     const __m512i hm = q3 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w3->hmask)) : _mm512_setzero_si512();
-    __m512i acc = _mm512_setzero_si512();
+    __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     for (int j = 0; j < 4; j++) {
         __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m2);
         if (q3) /* weight 32 (4h + j) + l's high bit: bit 4h + j of hmask[l] */
@@ -519,13 +535,14 @@ TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q23_K_avx512(const int q3, const 
                                      u, four);
         const __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * j))),
                                               _mm256_loadu_si256((const __m256i *)(x->qs + 128 + 32 * j)), 1);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, xq), scale_words(sc, sub16_q2[j]));
+        acc[j % 2] = _mm512_dpwssd_epi32(acc[j % 2], _mm512_maddubs_epi16(u, xq), scale_words(sc, sub16_q2[j]));
     }
+    const __m512i sum = _mm512_add_epi32(acc[0], acc[1]);
     if (q3) {
         const __m256i offset = _mm256_slli_epi32(scaled_bsums_16(sc, x->bsums), 2);
-        return (struct k_sums512){_mm512_sub_epi32(acc, _mm512_zextsi256_si512(offset)), _mm256_setzero_si256()};
+        return (struct k_sums512){_mm512_sub_epi32(sum, _mm512_zextsi256_si512(offset)), _mm256_setzero_si256()};
     }
-    return (struct k_sums512){acc, scaled_bsums_16(_mm256_cvtepu8_epi16(mn8), x->bsums)};
+    return (struct k_sums512){sum, scaled_bsums_16(_mm256_cvtepu8_epi16(mn8), x->bsums)};
 }
 
 TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q2_K_avx512(const block_q2_K *w, const block_q8_K *x) { return sums_q23_K_avx512(0, w, x); }
@@ -543,13 +560,13 @@ TD_AVX512_VNNI TD_INLINE __m128i hsum4_512(__m512i a, __m512i b, __m512i c, __m5
 }
 
 /* K_ROWS's sums are zmm, its minimums ymm */
-#define K_ROWS_AVX512(type, has_min, D, DMIN) \
-    K_ROWS(type, avx512, has_min, TD_AVX512_VNNI, hsum_512, hsum4_512, hsum_i32_8, hsum4_i32_8, D, DMIN)
-K_ROWS_AVX512(q2_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
-K_ROWS_AVX512(q3_K, 0, _cvtsh_ss(b->d), 0.0f)
-K_ROWS_AVX512(q4_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
-K_ROWS_AVX512(q5_K, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin))
-K_ROWS_AVX512(q6_K, 0, _cvtsh_ss(b->d), 0.0f)
+#define K_ROWS_AVX512(type, has_min) \
+    K_ROWS(type, avx512, has_min, TD_AVX512_VNNI, hsum_512, hsum4_512, hsum_i32_8, hsum4_i32_8, F16)
+K_ROWS_AVX512(q2_K, 1)
+K_ROWS_AVX512(q3_K, 0)
+K_ROWS_AVX512(q4_K, 1)
+K_ROWS_AVX512(q5_K, 1)
+K_ROWS_AVX512(q6_K, 0)
 #undef K_ROWS_AVX512
 
 /* ---- the tables ---- */
