@@ -373,10 +373,9 @@ TD_INLINE __m128 fixed4(__m128 p)
             for (int64_t i = 0; i < k / QK_K; i++) {                                                          \
                 const block_##type *rb[4];                                                                    \
                 __typeof__(sums_##type##_##isa(0, 0)) s[4];                                                   \
-                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                                         \
+                for (int r = 0; r < 4; r++)                                                                   \
                     rb[r] = (const block_##type *)((const char *)vw + r * row_bytes) + i;                     \
-                    s[r] = sums_##type##_##isa(rb[r], &x[i]);                                                 \
-                }                                                                                             \
+                sums4_##type##_##isa(rb, &x[i], s);                                                           \
                 const __m128 dx = _mm_set1_ps(x[i].d);                                                        \
                 __m128 t = fixed4(_mm_mul_ps(_mm_mul_ps(ROWS4_##F(d), dx),                                        \
                                              _mm_cvtepi32_ps(HSUM4(s[0].sum, s[1].sum, s[2].sum, s[3].sum))));  \
@@ -389,6 +388,15 @@ TD_INLINE __m128 fixed4(__m128 p)
         }                                                                                                     \
     }
 
+/* a type's sums of 4 rows' super-blocks by one x super-block: each row's own (a type may do better) */
+#define K_SUMS4(type, isa, TARGET)                                                                            \
+    TARGET TD_INLINE void sums4_##type##_##isa(const block_##type *rb[4], const block_q8_K *x,                \
+                                               __typeof__(sums_##type##_##isa(0, 0)) s[4])                    \
+    {                                                                                                         \
+        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                                   \
+            s[r] = sums_##type##_##isa(rb[r], x);                                                             \
+    }
+
 /* the field of each type's minimums' scale (d where it has none: never read) */
 #define DMIN_q2_K dmin
 #define DMIN_q3_K d
@@ -398,7 +406,7 @@ TD_INLINE __m128 fixed4(__m128 p)
 #define DMIN_iq4_xs d
 #define DMIN_q8_K d
 
-#define K_ROWS_AVX2(type, has_min, F) \
+#define K_ROWS_AVX2(type, has_min, F) K_SUMS4(type, avx2, TD_AVX2) \
     K_ROWS(type, avx2, has_min, TD_AVX2, hsum_i32_8, hsum4_i32_8, hsum_i32_8, hsum4_i32_8, F)
 K_ROWS_AVX2(q2_K, 1, F16)
 K_ROWS_AVX2(q3_K, 0, F16)
@@ -426,24 +434,26 @@ TD_AVX512_VNNI TD_INLINE __m512i scale_words(__m256i s, const uint16_t idx[32])
 }
 
 /* sub-block (of 32) of each int16 lane of a step's two vectors: Q4_K's and Q5_K's low nibbles and
-   high ones, steps t = 0, 1 */
-static const uint16_t sub32[4][32] = {
+   high ones, steps t = 0, 1; and the same words of the upper half of a zmm of scales (+ 16) */
+static const uint16_t sub32[2][4][32] = {
 #define HALF(a, b) a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b
-    {HALF(0, 2)}, {HALF(1, 3)}, {HALF(4, 6)}, {HALF(5, 7)},
+    {{HALF(0, 2)}, {HALF(1, 3)}, {HALF(4, 6)}, {HALF(5, 7)}},
+    {{HALF(16, 18)}, {HALF(17, 19)}, {HALF(20, 22)}, {HALF(21, 23)}},
 #undef HALF
 };
 
 /* Q4_K (q5 0) and Q5_K (q5 1): a step t is 64 bytes of nibbles, sub-blocks 4t .. 4t + 3 (low
    nibbles of the first 32 bytes, high ones, low of the next 32, high), x's 128 quants regrouped by
    128-bit lanes to match (the same for a tile's 4 rows: the compiler makes them once); Q5_K's
-   fifth bits added (16) where a byte test of qh finds them */
-TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q45_K_avx512(const int q5, const void *vw, const block_q8_K *x)
+   fifth bits added (16) where a byte test of qh finds them. The scales and minimums come made, as
+   16 words in half `half` of sm (scales_mins_k4's bytes widened) */
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q45_K_made(const int q5, const void *vw, const block_q8_K *x,
+                                                           __m512i sm, const int half)
 {
     const block_q4_K *w4 = vw;
     const block_q5_K *w5 = vw;
     const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
     const uint8_t *qs = q5 ? w5->qs : w4->qs;
-    const __m256i sm = _mm256_cvtepu8_epi16(scales_mins_k4(q5 ? w5->scales : w4->scales)); /* words 0..7, 8..15 */
     const __m512i qh = q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w5->qh)) : _mm512_setzero_si512();
     __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     for (int t = 0; t < 2; t++) {
@@ -457,14 +467,53 @@ TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q45_K_avx512(const int q5, const 
         const __m512i xa = _mm512_loadu_si512(x->qs + 128 * t), xb = _mm512_loadu_si512(x->qs + 128 * t + 64);
         const __m512i xlo = _mm512_shuffle_i64x2(xa, xb, _MM_SHUFFLE(1, 0, 1, 0)); /* sub-blocks 4t, 4t + 2 */
         const __m512i xhi = _mm512_shuffle_i64x2(xa, xb, _MM_SHUFFLE(3, 2, 3, 2)); /* 4t + 1, 4t + 3 */
-        acc[0] = _mm512_dpwssd_epi32(acc[0], _mm512_maddubs_epi16(lo, xlo), scale_words(sm, sub32[2 * t]));
-        acc[1] = _mm512_dpwssd_epi32(acc[1], _mm512_maddubs_epi16(hi, xhi), scale_words(sm, sub32[2 * t + 1]));
+        const __m512i slo = _mm512_permutexvar_epi16(_mm512_loadu_si512(sub32[half][2 * t]), sm);
+        const __m512i shi = _mm512_permutexvar_epi16(_mm512_loadu_si512(sub32[half][2 * t + 1]), sm);
+        acc[0] = _mm512_dpwssd_epi32(acc[0], _mm512_maddubs_epi16(lo, xlo), slo);
+        acc[1] = _mm512_dpwssd_epi32(acc[1], _mm512_maddubs_epi16(hi, xhi), shi);
     }
-    return (struct k_sums512){_mm512_add_epi32(acc[0], acc[1]), min_dot_32(_mm256_extracti128_si256(sm, 1), x->bsums)};
+    const __m128i mn = half ? _mm512_extracti32x4_epi32(sm, 3) : _mm512_extracti32x4_epi32(sm, 1);
+    return (struct k_sums512){_mm512_add_epi32(acc[0], acc[1]), min_dot_32(mn, x->bsums)};
+}
+
+TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q45_K_avx512(const int q5, const void *vw, const block_q8_K *x)
+{
+    const __m128i sm = scales_mins_k4(q5 ? ((const block_q5_K *)vw)->scales : ((const block_q4_K *)vw)->scales);
+    return sums_q45_K_made(q5, vw, x, _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm)), 0);
+}
+
+/* 4 rows: scales_mins_k4 on the 4 rows' bytes at once, a row a 128-bit lane, widened two rows a zmm */
+TD_AVX512_VNNI TD_INLINE void sums4_q45_K_avx512(const int q5, const void *const rb[4], const block_q8_K *x,
+                                                 struct k_sums512 s[4])
+{
+    __m512i v = _mm512_setzero_si512();
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *p = q5 ? ((const block_q5_K *)rb[r])->scales : ((const block_q4_K *)rb[r])->scales;
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p), r);
+    }
+    const __m512i a = _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)_MM_SHUFFLE(2, 1, 2, 0));
+    const __m512i b = _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)_MM_SHUFFLE(1, 1, 0, 0));
+    const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(a, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 0, 4))),
+                                         _mm512_broadcast_i32x4(_mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)));
+    const __m512i top = _mm512_and_si512(_mm512_srli_epi32(b, 6), _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x03030303, 0, 0x03030303)));
+    const __m512i o = _mm512_or_si512(low, _mm512_slli_epi32(top, 4));
+    const __m512i w01 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(o)), w23 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(o, 1));
+    s[0] = sums_q45_K_made(q5, rb[0], x, w01, 0);
+    s[1] = sums_q45_K_made(q5, rb[1], x, w01, 1);
+    s[2] = sums_q45_K_made(q5, rb[2], x, w23, 0);
+    s[3] = sums_q45_K_made(q5, rb[3], x, w23, 1);
 }
 
 TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q4_K_avx512(const block_q4_K *w, const block_q8_K *x) { return sums_q45_K_avx512(0, w, x); }
 TD_AVX512_VNNI TD_INLINE struct k_sums512 sums_q5_K_avx512(const block_q5_K *w, const block_q8_K *x) { return sums_q45_K_avx512(1, w, x); }
+TD_AVX512_VNNI TD_INLINE void sums4_q4_K_avx512(const block_q4_K *rb[4], const block_q8_K *x, struct k_sums512 s[4])
+{
+    sums4_q45_K_avx512(0, (const void *const *)rb, x, s);
+}
+TD_AVX512_VNNI TD_INLINE void sums4_q5_K_avx512(const block_q5_K *rb[4], const block_q8_K *x, struct k_sums512 s[4])
+{
+    sums4_q45_K_avx512(1, (const void *const *)rb, x, s);
+}
 
 /* sub-block (of 16) of each int16 lane of a 64-weight vector: 4u .. 4u + 3, 8 lanes each */
 static const uint16_t sub16[4][32] = {
@@ -562,6 +611,9 @@ TD_AVX512_VNNI TD_INLINE __m128i hsum4_512(__m512i a, __m512i b, __m512i c, __m5
 /* K_ROWS's sums are zmm, its minimums ymm */
 #define K_ROWS_AVX512(type, has_min) \
     K_ROWS(type, avx512, has_min, TD_AVX512_VNNI, hsum_512, hsum4_512, hsum_i32_8, hsum4_i32_8, F16)
+K_SUMS4(q2_K, avx512, TD_AVX512_VNNI)
+K_SUMS4(q3_K, avx512, TD_AVX512_VNNI)
+K_SUMS4(q6_K, avx512, TD_AVX512_VNNI)
 K_ROWS_AVX512(q2_K, 1)
 K_ROWS_AVX512(q3_K, 0)
 K_ROWS_AVX512(q4_K, 1)
