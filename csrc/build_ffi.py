@@ -40,7 +40,7 @@ problem = missing_toolchain()
 if problem:
     sys.exit(problem)
 
-SOURCES = ["cpu.c", "threads.c", "matmul.c", "quant.c", "quant_ref.c", "quant_x86.c", "quant_arm.c", "gemm_q8.c", "attention.c", "norm.c", "sampling.c", "rope.c", "activation.c", "layer.c", "roofline.c"]
+SOURCES = ["cpu.c", "threads.c", "matmul.c", "quant.c", "quant_ref.c", "quant_x86.c", "quant_x86_k.c", "quant_arm.c", "gemm_q8.c", "attention.c", "norm.c", "sampling.c", "rope.c", "activation.c", "layer.c", "roofline.c"]
 
 with open("csrc/tinydiff.h") as f:  # cffi's cdef takes plain declarations: drop the '#' lines
     CDEF = "".join(line for line in f if not line.lstrip().startswith("#"))

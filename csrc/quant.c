@@ -7,6 +7,7 @@
                    struct type_traits, what a kernel needs of a type
      quant_ref.c   plain C: every type's functions and the full table, td_traits_c (the reference)
      quant_x86.c   AVX2 and AVX-512 (with AVX512_VNNI, AVX512_BF16): td_traits_avx2, td_traits_avx512
+     quant_x86_k.c the same for the K-quants (Q2_K .. Q6_K, IQ4_XS, Q8_K): td_traits_avx2_k, _avx512_k
      quant_arm.c   NEON and dotprod: td_traits_neon, td_traits_dotprod
      quant_isa.h   the functions every instruction set has in the same shape (f16, bf16, Q8_0, Q4_0
                    rows; x to Q8_0), written once and instanced by each of the three files above
@@ -25,13 +26,11 @@ static struct type_traits traits_avx2[TD_NTYPES], traits_avx512[TD_NTYPES];
 static struct type_traits traits_neon[TD_NTYPES], traits_dotprod[TD_NTYPES];
 #endif
 
-/* t = base with own's non-empty fields in, type by type */
-static __attribute__((unused)) void merge(struct type_traits *t, const struct type_traits *base,
-                                          const struct type_traits *own)
+/* own's non-empty fields put in t, type by type */
+static __attribute__((unused)) void overlay(struct type_traits *t, const struct type_traits *own)
 {
     for (int i = 0; i < TD_NTYPES; i++) {
         const struct type_traits *o = &own[i];
-        t[i] = base[i];
         if (o->to_float)
             t[i].to_float = o->to_float;
         if (o->to_float_lane)
@@ -51,19 +50,23 @@ static __attribute__((unused)) void merge(struct type_traits *t, const struct ty
 
 __attribute__((constructor)) static void merge_tables(void)
 {
-#if defined(__x86_64__)
-    merge(traits_avx2, td_traits_c, td_traits_avx2);
-    merge(traits_avx512, td_traits_c, td_traits_avx512);
+#if defined(__x86_64__) /* quant_x86.c's and quant_x86_k.c's name different types */
+    memcpy(traits_avx2, td_traits_c, sizeof traits_avx2);
+    overlay(traits_avx2, td_traits_avx2), overlay(traits_avx2, td_traits_avx2_k);
+    memcpy(traits_avx512, td_traits_c, sizeof traits_avx512);
+    overlay(traits_avx512, td_traits_avx512), overlay(traits_avx512, td_traits_avx512_k);
 #elif defined(__aarch64__)
-    merge(traits_neon, td_traits_c, td_traits_neon);
-    merge(traits_dotprod, traits_neon, td_traits_dotprod);
+    memcpy(traits_neon, td_traits_c, sizeof traits_neon);
+    overlay(traits_neon, td_traits_neon);
+    memcpy(traits_dotprod, traits_neon, sizeof traits_dotprod);
+    overlay(traits_dotprod, td_traits_dotprod);
 #endif
 }
 
 const struct type_traits *td_type_traits(enum td_type type)
 {
 #if defined(__x86_64__)
-    const int needs = td_traits_avx512_needs[type];
+    const int needs = td_traits_avx512_needs[type] | td_traits_avx512_k_needs[type];
     if (td_simd == TD_SIMD_AVX512)
         return (td_simd_ext & needs) == needs ? &traits_avx512[type] : &traits_avx2[type];
     if (td_simd == TD_SIMD_AVX2)

@@ -228,10 +228,13 @@ const struct type_traits *td_type_traits(enum td_type type);
 
 /* each level's own functions (quant.c merges them over plain C's): every field of every type in
    plain C (quant_ref.c); on x86-64 AVX2's and AVX-512's, and the extension each AVX-512 entry
-   needs (quant_x86.c); on arm64 NEON's and what dotprod adds to them (quant_arm.c) */
+   needs (quant_x86.c; the K-quants' in quant_x86_k.c, _k); on arm64 NEON's and what dotprod adds
+   to them (quant_arm.c) */
 extern const struct type_traits td_traits_c[TD_NTYPES];
 extern const struct type_traits td_traits_avx2[TD_NTYPES], td_traits_avx512[TD_NTYPES];
 extern const int td_traits_avx512_needs[TD_NTYPES];
+extern const struct type_traits td_traits_avx2_k[TD_NTYPES], td_traits_avx512_k[TD_NTYPES];
+extern const int td_traits_avx512_k_needs[TD_NTYPES];
 extern const struct type_traits td_traits_neon[TD_NTYPES], td_traits_dotprod[TD_NTYPES];
 
 /* a table entry's x type when it is Q8_0, made by the level's quantize_row_q8_0 */
