@@ -306,7 +306,7 @@ TARGET static void ISA(q8_1_to_float)(const void *vx, float *y, int64_t k)
 }
 #endif
 
-#if VL == 8 /* Q4_0X8's x rows on AVX2 (quant.h) */
+#if VL >= 8 /* Q4_0X8's x rows on AVX2, Q5_0's and IQ4_NL's on AVX512_VNNI (quant.h) */
 TARGET static void ISA(quantize_row_q8_0s)(const float *x, void *vy, int64_t k)
 {
     block_q8_0s *y = vy;

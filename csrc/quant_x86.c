@@ -752,8 +752,12 @@ VEC_DOT_8XN_AVX512(q4_0x8_q8_0v, 1)
 #define BLOCK32_FORMATS(k, q)                                                                              \
     [TD_Q4_1] = {X_Q8_1(q), .vec_dot = vec_dot_q4_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q4_1_q8_1_##k},   \
     [TD_Q5_1] = {X_Q8_1(q), .vec_dot = vec_dot_q5_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q5_1_q8_1_##k},   \
-    [TD_Q5_0] = {TD_X_Q8_0(q), .vec_dot = vec_dot_q5_0_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_q5_0_q8_0_##k}, \
-    [TD_IQ4_NL] = {TD_X_Q8_0(q), .vec_dot = vec_dot_iq4_nl_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_iq4_nl_q8_0_##k}
+    [TD_Q5_0] = {X_Q8_0X(q), .vec_dot = vec_dot_q5_0_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_q5_0_q8_0_##k},   \
+    [TD_IQ4_NL] = {X_Q8_0X(q), .vec_dot = vec_dot_iq4_nl_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_iq4_nl_q8_0_##k}
+#define X_Q8_0X_avx2 TD_X_Q8_0(avx2) /* Q5_0's and IQ4_NL's x: Q8_0 on AVX2, Q8_0S (its sum too) on VNNI */
+#define X_Q8_0X_avx512 .from_float = quantize_row_q8_0s_avx512, .x_to_float = q8_0s_to_float_avx512, \
+                       .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0s)
+#define X_Q8_0X(q) X_Q8_0X_##q
 
 /* AVX2's own functions, per type; a field left out is plain C's (quant.c) */
 const struct type_traits td_traits_avx2[TD_NTYPES] = {
