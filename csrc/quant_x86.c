@@ -5,8 +5,11 @@
    - quant_isa.h's AVX2 and AVX-512 instances (suffixes _avx2, _avx512): f16 and bf16 rows, Q8_0 and
      Q4_0 rows to f32, x to Q8_0 (and Q8_0S, Q8_0V), the generic Q8_0 and Q4_0 dot products;
    - by hand, AVX2: the tiles of 4 weight rows by up to 2 x rows (dot_tile_avx2) and the X8 groups
-     (x8_tile_avx2); the dot products of Q4_1, Q5_1, Q5_0, IQ4_NL, Q4_K, Q5_K and Q6_K (bit for bit
-     plain C's), which AVX-512's table names too;
+     (x8_tile_avx2); the dot products of Q4_K, Q5_K and Q6_K (bit for bit plain C's), which
+     AVX-512's table names too;
+   - quant_x86_32.h, written once for AVX2 and for AVX512_VNNI: Q4_1, Q5_1, Q5_0 and IQ4_NL in tiles
+     of 4 weight rows by up to 4 x rows, plain C's float chains run 4 rows at once (bit for bit),
+     with x to Q8_1 (quant_isa.h) and on VNNI Q8_0S;
    - by hand, AVX-512 with an extension beyond AVX512F (AVX512_BF16, AVX512_VNNI; td_simd_ext says
      whether the CPU has it, and without it td_type_traits gives the AVX2 entry, as
      td_traits_avx512_needs says): the bf16, Q8_0 and Q4_0 dot products (as rows and as X8 groups).
@@ -739,8 +742,8 @@ VEC_DOT_8XN_AVX512(q4_0x8_q8_0v, 1)
 #define ISA(name) name##_avx512
 #include "isa_instance.h"
 
-/* the formats beyond Q8_0 and Q4_0: AVX2's dot products, in AVX-512's table too (no AVX-512 kernel
-   of theirs yet: every AVX-512 CPU has AVX2), with plain C's x quantizers */
+/* the K-quants: AVX2's dot products, in AVX-512's table too (no AVX-512 kernel of theirs yet: every
+   AVX-512 CPU has AVX2), with plain C's x quantizers */
 #define AVX2_BLOCK_FORMATS                                                                                 \
     [TD_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2}, [TD_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2},      \
     [TD_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2}

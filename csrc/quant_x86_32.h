@@ -1,25 +1,27 @@
-/* quant_x86_32.h: the dot products of Q4_1, Q5_1 (by Q8_1) and Q5_0, IQ4_NL (by Q8_0) on x86, in
-   256-bit registers, written once and included by quant_x86.c twice: AVX2 (maddubs and madd) and
-   AVX512_VNNI with AVX512_VL (vpdpbusd), under TARGET and ISA(name) as isa_instance.h does, VNNI
-   saying which.
+/* quant_x86_32.h: the dot products of Q4_1, Q5_1 (by Q8_1) and Q5_0, IQ4_NL (by Q8_0) on x86,
+   written once and included by quant_x86.c twice under TARGET and ISA(name), as isa_instance.h
+   does: AVX2 (VNNI 0: 256-bit registers, maddubs and madd) and AVX512_VNNI (VNNI 1: zmm,
+   vpdpbusd).
 
    They must give plain C's result to the bit (quant_ref.c: dot_q_1_q8_1, dot_q_0_q8_0), whose float
    steps are a serial chain per row: sum += t_b, one block after another, each t_b rounded on its
-   own. What may change is everything around that chain. A tile is 4 weight rows by up to 4 x rows,
-   two blocks a step:
-   - the integer side: rows r0, r1 side by side in one register's two 128-bit halves (quants 0..15
-     of a block in one register, 16..31 in another), r2, r3 in another, by x's quants 0..15 and
-     16..31 broadcast to both halves (made once for the 4 rows); each half's 4 int32 lanes are one
-     row's partial sums, and two hadds of the 4 such registers of the step's two blocks give the 8
-     exact block sums in one register, lanes [r0b0 r2b0 r0b1 r2b1 | r1b0 r3b0 r1b1 r3b1];
-   - the float side: those 8 sums' float steps at once, each lane its row's and block's own
-     operations in plain C's order (IEEE operations are the same in any lane), then each row's
-     chain takes block 0's term, then block 1's: 4 rows' (and N x rows') chains interleaved where
-     plain C runs one, and the same numbers.
-   Q4_1 and Q5_1 quants (0..31) are the unsigned side as they are (Q5_1: the fifth bits or'ed in);
-   Q5_0 (q - 16) and IQ4_NL (the grid's values) are signed: the sign trick, |q| by x with q's sign
-   (AVX2's maddubs would saturate on IQ4_NL's grid + 128). In int16 (AVX2), a pair's sum is at
-   most 2 x 31 x 127 (2 x 127 x 127 for IQ4_NL, whose two halves go to int32 apart). */
+   own. What may change is everything around that chain: a tile is 4 weight rows by up to 4 x
+   rows, whose block sums are made exact in integer registers for several blocks of the 4 rows at
+   once and put into one register's lanes, one lane a (row, block); then each lane's float steps
+   are its row's and block's own operations in plain C's order (IEEE operations are the same in
+   any lane), and each row's chain takes its blocks' terms in block order: 4 rows' (and N x rows')
+   chains run interleaved where plain C runs one, to the same numbers. vec_dot is the tile with one
+   row four times.
+
+   AVX2, two blocks a step: rows r0, r1 side by side in one register's two 128-bit halves (a
+   block's quants 0..15 in one register, 16..31 in another), r2, r3 in another, by x's quants 0..15
+   and 16..31 broadcast to both halves (made once for the 4 rows); each half's 4 int32 lanes are
+   one row's partial sums, and two hadds of the 4 such registers of the step's two blocks give the
+   8 block sums in one register, lanes [r0b0 r2b0 r0b1 r2b1 | r1b0 r3b0 r1b1 r3b1]. Q4_1 and Q5_1
+   quants (0..31) are the unsigned side as they are (Q5_1: the fifth bits or'ed in); Q5_0 (q - 16)
+   and IQ4_NL (the grid's values) are signed: the sign trick, |q| by x with q's sign (maddubs would
+   saturate on IQ4_NL's grid + 128). In int16, a pair's sum is at most 2 x 31 x 127 (2 x 127 x 127
+   for IQ4_NL, whose two halves go to int32 apart). */
 
 #define T_Q4_1 0
 #define T_Q5_1 1
