@@ -9,7 +9,7 @@
      AVX-512's table names too;
    - quant_x86_32.h, written once for AVX2 and for AVX512_VNNI: Q4_1, Q5_1, Q5_0 and IQ4_NL in tiles
      of 4 weight rows by up to 4 x rows, plain C's float chains run 4 rows at once (bit for bit),
-     with x to Q8_1 (quant_isa.h) and on VNNI Q8_0S;
+     with x to Q8_1 (quant_isa.h) and Q8_0S (Q5_0; IQ4_NL on VNNI);
    - by hand, AVX-512 with an extension beyond AVX512F (AVX512_BF16, AVX512_VNNI; td_simd_ext says
      whether the CPU has it, and without it td_type_traits gives the AVX2 entry, as
      td_traits_avx512_needs says): the bf16, Q8_0 and Q4_0 dot products (as rows and as X8 groups).
@@ -755,12 +755,12 @@ VEC_DOT_8XN_AVX512(q4_0x8_q8_0v, 1)
 #define BLOCK32_FORMATS(k, q)                                                                              \
     [TD_Q4_1] = {X_Q8_1(q), .vec_dot = vec_dot_q4_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q4_1_q8_1_##k},   \
     [TD_Q5_1] = {X_Q8_1(q), .vec_dot = vec_dot_q5_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q5_1_q8_1_##k},   \
-    [TD_Q5_0] = {X_Q8_0X(q), .vec_dot = vec_dot_q5_0_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_q5_0_q8_0_##k},   \
-    [TD_IQ4_NL] = {X_Q8_0X(q), .vec_dot = vec_dot_iq4_nl_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_iq4_nl_q8_0_##k}
-#define X_Q8_0X_avx2 TD_X_Q8_0(avx2) /* Q5_0's and IQ4_NL's x: Q8_0 on AVX2, Q8_0S (its sum too) on VNNI */
-#define X_Q8_0X_avx512 .from_float = quantize_row_q8_0s_avx512, .x_to_float = q8_0s_to_float_avx512, \
-                       .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0s)
-#define X_Q8_0X(q) X_Q8_0X_##q
+    [TD_Q5_0] = {X_Q8_0S(q), .vec_dot = vec_dot_q5_0_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_q5_0_q8_0_##k},   \
+    [TD_IQ4_NL] = {X_IQ4_NL_##q, .vec_dot = vec_dot_iq4_nl_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_iq4_nl_q8_0_##k}
+#define X_Q8_0S(q) .from_float = quantize_row_q8_0s_##q, .x_to_float = q8_0s_to_float_##q, .x_blck_size = QK8_0, \
+                   .x_type_size = sizeof(block_q8_0s) /* Q8_0 and its sums, for an offset's product with x */
+#define X_IQ4_NL_avx2 TD_X_Q8_0(avx2) /* IQ4_NL's x: Q8_0 on AVX2 (signed quants), Q8_0S on VNNI (grid + 128) */
+#define X_IQ4_NL_avx512 X_Q8_0S(avx512)
 
 /* AVX2's own functions, per type; a field left out is plain C's (quant.c) */
 const struct type_traits td_traits_avx2[TD_NTYPES] = {

@@ -17,11 +17,12 @@
    block's quants 0..15 in one register, 16..31 in another), r2, r3 in another, by x's quants 0..15
    and 16..31 broadcast to both halves (made once for the 4 rows); each half's 4 int32 lanes are
    one row's partial sums, and two hadds of the 4 such registers of the step's two blocks give the
-   8 block sums in one register, lanes [r0b0 r2b0 r0b1 r2b1 | r1b0 r3b0 r1b1 r3b1]. Q4_1 and Q5_1
-   quants (0..31) are the unsigned side as they are (Q5_1: the fifth bits or'ed in); Q5_0 (q - 16)
-   and IQ4_NL (the grid's values) are signed: the sign trick, |q| by x with q's sign (maddubs would
-   saturate on IQ4_NL's grid + 128). In int16, a pair's sum is at most 2 x 31 x 127 (2 x 127 x 127
-   for IQ4_NL, whose two halves go to int32 apart). */
+   8 block sums in one register, lanes [r0b0 r2b0 r0b1 r2b1 | r1b0 r3b0 r1b1 r3b1]. The quants of
+   Q4_1, Q5_1 and Q5_0 (0..31; Q5: the fifth bits or'ed in) are the unsigned side as they are, and
+   Q5_0's sums then less 16 . x (from x's sums, Q8_0S); IQ4_NL's (the grid's values) are signed:
+   the sign trick, |q| by x with q's sign (maddubs would saturate on the grid + 128). In int16, a
+   pair's sum is at most 2 x 31 x 127 (2 x 127 x 127 for IQ4_NL, whose two halves go to int32
+   apart). */
 
 #define T_Q4_1 0
 #define T_Q5_1 1
@@ -33,9 +34,10 @@
                     : (t) == T_Q5_0 ? sizeof(block_q5_0) : sizeof(block_iq4_nl))
 #define W_QS(t) ((t) == T_Q4_1 ? 4 : (t) == T_Q5_1 ? 8 : (t) == T_Q5_0 ? 6 : 2) /* offset of qs */
 #define W_QH(t) ((t) == T_Q5_1 ? 4 : 2)                                          /* of qh (Q5s) */
-/* x: Q8_1 for Q4_1 and Q5_1; Q8_0 for Q5_0 and IQ4_NL on AVX2, Q8_0S (with its sum) on VNNI */
-#define X_BYTES(t) ((t) <= T_Q5_1 || VNNI ? sizeof(block_q8_1) : sizeof(block_q8_0))
-#define X_QS(t) ((t) <= T_Q5_1 || VNNI ? 4 : 2)
+/* x: Q8_1 for Q4_1 and Q5_1; Q8_0S (Q8_0 with its sum) for Q5_0, and for IQ4_NL on VNNI (Q8_0 on
+   AVX2); Q8_1 and Q8_0S lay out d, a word, then the quants alike */
+#define X_BYTES(t) ((t) == T_IQ4_NL && !VNNI ? sizeof(block_q8_0) : sizeof(block_q8_1))
+#define X_QS(t) ((t) == T_IQ4_NL && !VNNI ? 2 : 4)
 
 TARGET TD_INLINE int32_t ISA(load32)(const char *p)
 {
@@ -105,13 +107,9 @@ TARGET TD_INLINE struct ISA(wpair) ISA(w_pair)(const int t, const char *a, const
         const __m256i at_hi = _mm256_add_epi8(at_lo, _mm256_set1_epi8(2));
         const __m256i set_lo = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(q, at_lo), bit), bit);
         const __m256i set_hi = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(q, at_hi), bit), bit);
-        if (t == T_Q5_1) { /* q = nibble + 16 where the bit is set */
-            p.lo = _mm256_or_si256(p.lo, _mm256_and_si256(set_lo, _mm256_set1_epi8(16)));
-            p.hi = _mm256_or_si256(p.hi, _mm256_and_si256(set_hi, _mm256_set1_epi8(16)));
-        } else { /* q - 16 = the nibble with 0xF0 where the bit is clear */
-            p.lo = _mm256_or_si256(p.lo, _mm256_andnot_si256(set_lo, _mm256_set1_epi8((char)0xF0)));
-            p.hi = _mm256_or_si256(p.hi, _mm256_andnot_si256(set_hi, _mm256_set1_epi8((char)0xF0)));
-        }
+        /* q = nibble + 16 where the bit is set (Q5_0's q - 16: its 16 . x taken off the sums) */
+        p.lo = _mm256_or_si256(p.lo, _mm256_and_si256(set_lo, _mm256_set1_epi8(16)));
+        p.hi = _mm256_or_si256(p.hi, _mm256_and_si256(set_hi, _mm256_set1_epi8(16)));
     }
     return p;
 }
@@ -129,10 +127,10 @@ TARGET TD_INLINE __m256i ISA(udot)(__m256i u0, __m256i s0, __m256i u1, __m256i s
 /* rows (a, b) of a pair by x's two broadcast halves */
 TARGET TD_INLINE __m256i ISA(pair_dot)(const int t, struct ISA(wpair) p, __m256i xlo, __m256i xhi)
 {
-    if (t <= T_Q5_1)
+    if (t != T_IQ4_NL)
         return ISA(udot)(p.lo, xlo, p.hi, xhi, 0);
     return ISA(udot)(_mm256_sign_epi8(p.lo, p.lo), _mm256_sign_epi8(xlo, p.lo), _mm256_sign_epi8(p.hi, p.hi),
-                     _mm256_sign_epi8(xhi, p.hi), t == T_IQ4_NL);
+                     _mm256_sign_epi8(xhi, p.hi), 1);
 }
 
 /* x block b's quants 0..15 (h 0) or 16..31 in both halves */
@@ -180,8 +178,14 @@ TARGET TD_INLINE void ISA(tile32)(const int t, const int N, int64_t k, const cha
                 const __m256i xlo = ISA(x_half)(t, x, b, 0), xhi = ISA(x_half)(t, x, b, 1);
                 h[j] = _mm256_hadd_epi32(ISA(pair_dot)(t, p[j][0], xlo, xhi), ISA(pair_dot)(t, p[j][1], xlo, xhi));
             }
-            const __m256 sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(h[0], h[1]));
+            __m256i isum = _mm256_hadd_epi32(h[0], h[1]);
             const td_fp16_t *xd0 = (const td_fp16_t *)(x + i * X_BYTES(t)), *xd1 = (const td_fp16_t *)(x + i1 * X_BYTES(t));
+            if (t == T_Q5_0) { /* 16 . x of blocks i, i1 (Q8_0S's sums), lanes [i i i1 i1 | ...] */
+                const uint64_t both = (uint32_t)(int32_t)(int16_t)xd0[1] | (uint64_t)(uint32_t)(int32_t)(int16_t)xd1[1] << 32;
+                const __m256i xs = _mm256_shuffle_epi32(_mm256_set1_epi64x((long long)both), _MM_SHUFFLE(1, 1, 0, 0));
+                isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(xs, 4));
+            }
+            const __m256 sums = _mm256_cvtepi32_ps(isum);
             __m256 term = ISA(fixed8)(_mm256_mul_ps(_mm256_mul_ps(dw, ISA(x_halves)(xd0[0], xd1[0])), sums));
             if (t <= T_Q5_1) /* + m_w s_x, rounded on its own, then the block's two terms summed */
                 term = _mm256_add_ps(term, ISA(fixed8)(_mm256_mul_ps(mw, ISA(x_halves)(xd0[1], xd1[1]))));
