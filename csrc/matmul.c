@@ -29,8 +29,8 @@
 
    Other weight types (quant.h): x rows are converted once per call to the type the weights' dot
    product wants. Few x rows: each weight row is dotted with every converted x row by the type's
-   vec_dot, reading the weights once in their own type; where the type has a tile (Q8_0 and Q4_0
-   on AVX2 and AVX512_VNNI), 4 weight rows by up to 4 x rows at once, each weight block made ready
+   vec_dot, reading the weights once in their own type; where the type has a tile (Q8_0, Q4_0, Q4_1,
+   Q5_0, Q5_1 and IQ4_NL on AVX2 and AVX512_VNNI), 4 weight rows by up to 4 x rows at once, each weight block made ready
    once for all the x rows and each x block once for the 4 weight rows. Many x rows: Q8_0 and
    Q4_0 run an int8 GEMM on AVX512_VNNI (gemm_q8.c); otherwise the converted x is widened back to
    f32 and the f32 GEMM above runs, each weight panel widened to f32 just before it is packed (f16

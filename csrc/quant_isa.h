@@ -271,7 +271,42 @@ TARGET TD_INLINE int ISA(quantize_block_sum)(const float *x, block_q8_0 *b)
 }
 #endif
 
-#if VL == 8 /* Q4_0X8's x rows on AVX2 (quant.h) */
+#if VL >= 8
+/* x to Q8_1 (Q4_1's and Q5_1's x rows): quantize_row_q8_0's d and quants, and s = d * their sum
+   with d in f32 before its f16 rounding, as quant_ref.c's quantize_row_q8_1_ref */
+TARGET static void ISA(quantize_row_q8_1)(const float *x, void *vy, int64_t k)
+{
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < k / QK8_1; i++, x += QK8_1) {
+        VEC v[QK8_1 / VL], m = {0};
+        for (int j = 0; j < QK8_1 / VL; j++) {
+            v[j] = vload(x + j * VL);
+            m = ISA(vmax)((VEC)((ISA(vi))v[j] & 0x7FFFFFFF), m);
+        }
+        const float d = ISA(hmax)(m) / 127, id = d != 0.0f ? 1.0f / d : 0.0f;
+        ISA(vi) sums = {0};
+        for (int j = 0; j < QK8_1 / VL; j++) {
+            const ISA(vi) q = ISA(round_away)(v[j] * id);
+            ISA(store_i8)(y[i].qs + j * VL, q);
+            sums += q;
+        }
+        int sum = 0;
+        for (int j = 0; j < VL; j++)
+            sum += sums[j];
+        y[i].d = ISA(f2h)(d);
+        y[i].s = ISA(f2h)((float)sum * d);
+    }
+}
+
+TARGET static void ISA(q8_1_to_float)(const void *vx, float *y, int64_t k)
+{
+    const block_q8_1 *b = vx;
+    for (int64_t i = 0; i < k / QK8_1; i++)
+        ISA(q8_block_to_float)(b[i].d, b[i].qs, y + i * QK8_1);
+}
+#endif
+
+#if VL >= 8 /* Q4_0X8's x rows on AVX2, Q5_0's and IQ4_NL's on AVX512_VNNI (quant.h) */
 TARGET static void ISA(quantize_row_q8_0s)(const float *x, void *vy, int64_t k)
 {
     block_q8_0s *y = vy;

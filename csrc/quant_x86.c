@@ -5,8 +5,10 @@
    - quant_isa.h's AVX2 and AVX-512 instances (suffixes _avx2, _avx512): f16 and bf16 rows, Q8_0 and
      Q4_0 rows to f32, x to Q8_0 (and Q8_0S, Q8_0V), the generic Q8_0 and Q4_0 dot products;
    - by hand, AVX2: the tiles of 4 weight rows by up to 2 x rows (dot_tile_avx2) and the X8 groups
-     (x8_tile_avx2); the dot products of Q4_1, Q5_1, Q5_0 and IQ4_NL (bit for bit plain C's), which
-     AVX-512's table names too (the K-quants' kernels and tables are quant_x86_k.c's);
+     (x8_tile_avx2) (the K-quants' kernels and tables are quant_x86_k.c's);
+   - quant_x86_32.h, written once for AVX2 and for AVX512_VNNI: Q4_1, Q5_1, Q5_0 and IQ4_NL in tiles
+     of 4 weight rows by up to 4 x rows, plain C's float chains run 4 rows at once (bit for bit),
+     with x to Q8_1 (quant_isa.h) and Q8_0S (Q5_0; IQ4_NL on VNNI);
    - by hand, AVX-512 with an extension beyond AVX512F (AVX512_BF16, AVX512_VNNI; td_simd_ext says
      whether the CPU has it, and without it td_type_traits gives the AVX2 entry, as
      td_traits_avx512_needs says): the bf16, Q8_0 and Q4_0 dot products (as rows and as X8 groups).
@@ -224,75 +226,22 @@ TD_AVX2 TD_INLINE int32_t hsum_i32_8(__m256i v)
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
-/* the 32 bits of qh (a Q5 block's fifth bits, little-endian) as 32 bytes: 0xFF where bit j is set */
-TD_AVX2 TD_INLINE __m256i bits_to_bytes_32(const uint8_t qh[4])
-{
-    uint32_t bits;
-    memcpy(&bits, qh, 4);
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), /* byte j/8 of bits at byte j */
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull); /* bit j % 8 at byte j */
-    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-}
-
-/* x . y over 32 pairs, u unsigned (0..127 at most: the int16 pairs cannot saturate), y signed */
-TD_AVX2 TD_INLINE int32_t dot_u8_i8_32(__m256i u, __m256i y)
-{
-    return hsum_i32_8(_mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)));
-}
-
-/* x . y over 32 pairs of signed bytes (the sign trick; x never -128) */
-TD_AVX2 TD_INLINE int32_t dot_i8_i8_32(__m256i x, __m256i y)
-{
-    return dot_u8_i8_32(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
-/* Q4_1 (q5 0) and Q5_1 (q5 1) by Q8_1: the quants (0..31) are maddubs' unsigned side as they are;
-   then d_w d_x (q . x) + m_w s_x a block, as dot_q_1_q8_1 */
-TD_AVX2 TD_INLINE float dot_q_1_q8_1_avx2(const int q5, int64_t k, const void *vw, const void *vx)
-{
-    const block_q8_1 *x = vx;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / QK8_1; i++) {
-        const char *b = (const char *)vw + i * (q5 ? sizeof(block_q5_1) : sizeof(block_q4_1));
-        const block_q4_1 *w4 = (const block_q4_1 *)b;
-        const block_q5_1 *w5 = (const block_q5_1 *)b;
-        __m256i q = bytes_from_nibbles_32(q5 ? w5->qs : w4->qs);
-        if (q5)
-            q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes_32(w5->qh), _mm256_set1_epi8(16)));
-        const int32_t sumi = dot_u8_i8_32(q, _mm256_loadu_si256((const __m256i *)x[i].qs));
-        const float d = _cvtsh_ss(q5 ? w5->d : w4->d) * _cvtsh_ss(x[i].d);
-        sum += fixed(d * (float)sumi) + fixed(_cvtsh_ss(q5 ? w5->m : w4->m) * _cvtsh_ss(x[i].s));
-    }
-    return sum;
-}
-
-TD_AVX2 static float vec_dot_q4_1_q8_1_avx2(int64_t k, const void *w, const void *x) { return dot_q_1_q8_1_avx2(0, k, w, x); }
-TD_AVX2 static float vec_dot_q5_1_q8_1_avx2(int64_t k, const void *w, const void *x) { return dot_q_1_q8_1_avx2(1, k, w, x); }
-
-/* Q5_0 (nl 0) and IQ4_NL (nl 1) by Q8_0: the signed quants made in bytes (Q5_0: the nibble with
-   0xF0 where the fifth bit is clear, which is q - 16 in int8; IQ4_NL: the grid looked up by
-   pshufb), the sign trick; then d_w d_x (q . x) a block, as dot_q_0_q8_0 */
-TD_AVX2 TD_INLINE float dot_q_0_q8_0_avx2(const int nl, int64_t k, const void *vw, const void *vx)
-{
-    const block_q8_0 *x = vx;
-    const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / QK8_0; i++) {
-        const char *b = (const char *)vw + i * (nl ? sizeof(block_iq4_nl) : sizeof(block_q5_0));
-        const block_q5_0 *w5 = (const block_q5_0 *)b;
-        const block_iq4_nl *wn = (const block_iq4_nl *)b;
-        const __m256i n = bytes_from_nibbles_32(nl ? wn->qs : w5->qs);
-        const __m256i q = nl ? _mm256_shuffle_epi8(grid, n)
-                             : _mm256_or_si256(n, _mm256_andnot_si256(bits_to_bytes_32(w5->qh), _mm256_set1_epi8((char)0xF0)));
-        const int32_t sumi = dot_i8_i8_32(q, _mm256_loadu_si256((const __m256i *)x[i].qs));
-        sum += fixed(_cvtsh_ss(nl ? wn->d : w5->d) * _cvtsh_ss(x[i].d) * (float)sumi);
-    }
-    return sum;
-}
-
-TD_AVX2 static float vec_dot_q5_0_q8_0_avx2(int64_t k, const void *w, const void *x) { return dot_q_0_q8_0_avx2(0, k, w, x); }
-TD_AVX2 static float vec_dot_iq4_nl_q8_0_avx2(int64_t k, const void *w, const void *x) { return dot_q_0_q8_0_avx2(1, k, w, x); }
+/* Q4_1, Q5_1, Q5_0 and IQ4_NL: tiles of 4 weight rows (quant_x86_32.h), under AVX2 and under
+   AVX512_VNNI's 256-bit vpdpbusd */
+#define TARGET TD_AVX2
+#define ISA(name) name##_avx2
+#define VNNI 0
+#include "quant_x86_32.h"
+#undef TARGET
+#undef ISA
+#undef VNNI
+#define TARGET TD_AVX512_VNNI
+#define ISA(name) name##_vnni
+#define VNNI 1
+#include "quant_x86_32.h"
+#undef TARGET
+#undef ISA
+#undef VNNI
 
 /* ---- the exception: AVX-512 dot products that need AVX512_BF16 or AVX512_VNNI ---- */
 
@@ -677,11 +626,19 @@ VEC_DOT_8XN_AVX512(q4_0x8_q8_0v, 1)
 #define ISA(name) name##_avx512
 #include "isa_instance.h"
 
-/* the formats beyond Q8_0 and Q4_0: AVX2's dot products, in AVX-512's table too (no AVX-512 kernel
-   of theirs yet: every AVX-512 CPU has AVX2), with plain C's x quantizers */
-#define AVX2_BLOCK_FORMATS                                                                                 \
-    [TD_Q4_1] = {.vec_dot = vec_dot_q4_1_q8_1_avx2}, [TD_Q5_1] = {.vec_dot = vec_dot_q5_1_q8_1_avx2},      \
-    [TD_Q5_0] = {.vec_dot = vec_dot_q5_0_q8_0_avx2}, [TD_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_avx2}
+/* the blocks of 32 beyond Q8_0 and Q4_0 (quant_x86_32.h): the kernels of suffix k, x quantized by
+   the level's own quantizers (suffix q) */
+#define X_Q8_1(q) .from_float = quantize_row_q8_1_##q, .x_to_float = q8_1_to_float_##q, .x_blck_size = QK8_1, \
+                  .x_type_size = sizeof(block_q8_1)
+#define BLOCK32_FORMATS(k, q)                                                                              \
+    [TD_Q4_1] = {X_Q8_1(q), .vec_dot = vec_dot_q4_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q4_1_q8_1_##k},   \
+    [TD_Q5_1] = {X_Q8_1(q), .vec_dot = vec_dot_q5_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q5_1_q8_1_##k},   \
+    [TD_Q5_0] = {X_Q8_0S(q), .vec_dot = vec_dot_q5_0_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_q5_0_q8_0_##k},   \
+    [TD_IQ4_NL] = {X_IQ4_NL_##q, .vec_dot = vec_dot_iq4_nl_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_iq4_nl_q8_0_##k}
+#define X_Q8_0S(q) .from_float = quantize_row_q8_0s_##q, .x_to_float = q8_0s_to_float_##q, .x_blck_size = QK8_0, \
+                   .x_type_size = sizeof(block_q8_0s) /* Q8_0 and its sums, for an offset's product with x */
+#define X_IQ4_NL_avx2 TD_X_Q8_0(avx2) /* IQ4_NL's x: Q8_0 on AVX2 (signed quants), Q8_0S on VNNI (grid + 128) */
+#define X_IQ4_NL_avx512 X_Q8_0S(avx512)
 
 /* AVX2's own functions, per type; a field left out is plain C's (quant.c) */
 const struct type_traits td_traits_avx2[TD_NTYPES] = {
@@ -694,7 +651,7 @@ const struct type_traits td_traits_avx2[TD_NTYPES] = {
     [TD_Q8_0X8] = {TD_X_Q8_0(avx2), .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_avx2},
     [TD_Q4_0X8] = {.from_float = quantize_row_q8_0s_avx2, .x_to_float = q8_0s_to_float_avx2, .x_blck_size = QK8_0,
                    .x_type_size = sizeof(block_q8_0s), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0s_avx2}, /* x as Q8_0S */
-    AVX2_BLOCK_FORMATS,
+    BLOCK32_FORMATS(avx2, avx2),
 };
 
 /* AVX-512's own functions, per type; a field left out is plain C's */
@@ -712,11 +669,14 @@ const struct type_traits td_traits_avx512[TD_NTYPES] = {
                    .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0v_avx512},
     [TD_Q4_0X8] = {.from_float = quantize_row_q8_0v_8_avx512, .x_to_float = q8_0v_to_float_avx512,
                    .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0v),
-                   .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0v_avx512},    AVX2_BLOCK_FORMATS,
+                   .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0v_avx512},
+    BLOCK32_FORMATS(vnni, avx512),
 };
 
 /* the extension each AVX-512 entry needs; without it the AVX2 entry is used */
 const int td_traits_avx512_needs[TD_NTYPES] = {[TD_BF16] = TD_EXT_BF16, [TD_Q8_0] = TD_EXT_VNNI,
                                                [TD_Q4_0] = TD_EXT_VNNI, [TD_Q8_0X8] = TD_EXT_VNNI,
-                                               [TD_Q4_0X8] = TD_EXT_VNNI};
+                                               [TD_Q4_0X8] = TD_EXT_VNNI, [TD_Q4_1] = TD_EXT_VNNI,
+                                               [TD_Q5_1] = TD_EXT_VNNI, [TD_Q5_0] = TD_EXT_VNNI,
+                                               [TD_IQ4_NL] = TD_EXT_VNNI};
 #endif

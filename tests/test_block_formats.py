@@ -13,10 +13,10 @@ csrc/quant_ref.c): Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
   actual |x - x'| (and for Q4_1 and Q5_1 the rounding of x's block sums s);
 - loading: the types map to the kernels', the ledger books each one's true bytes a weight; a block
   with a NaN or infinite scale, a row that is not whole blocks: a ModelError naming the tensor.
-AVX2 (and AVX-512, which uses AVX2's) has its own dot products of Q4_1, Q5_1, Q5_0 and IQ4_NL
-(quant_x86.c); AVX2 and AVX-512 have their own of every K type and IQ4_XS, and the Q8_K quantizer
-(quant_x86_k.c; tests/test_kquants_x86.py pins them on any blocks); the other x quantizers and to_float
-run plain C's (quant.c's merge).
+AVX2 and AVX512_VNNI have their own tiles of Q4_1, Q5_1, Q5_0 and IQ4_NL and x quantizers
+(quant_x86_32.h, tests/test_block32_tiles.py); AVX2 and AVX-512 their own dot products of every K
+type and IQ4_XS, and the Q8_K quantizer (quant_x86_k.c; tests/test_kquants_x86.py pins them on any
+blocks); the other x quantizers and to_float run plain C's (quant.c's merge).
 """
 import numpy as np
 import pytest
