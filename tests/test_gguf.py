@@ -908,3 +908,20 @@ def test_bad_gguf_on_the_command_line(tmp_path):
     path = tmp_path / "m.gguf"
     path.write_bytes(b"GGUF" + bytes(100))
     one_line(*run("info", "-m", str(path)), 1, "m.gguf", "version 0")
+
+
+def test_check_tensors_counts_a_gguf_block_whose_scale_is_nan_which_load_refuses(tmp_path, capsys):
+    from tinydiff.model import check_tensors
+    path = tmp_path / "m.gguf"
+    convert(os.path.join(HF, "mistral"), path, "q8_0")
+    f = open_gguf(path)
+    name = "blk.1.ffn_down.weight"
+    at = f.data_start + f.entry(name).offset + 34 * 3          # the scale d of its 4th block
+    n_blocks, per_row = f.raw(name).size, f.raw(name).shape[1]
+    data = bytearray(path.read_bytes())
+    data[at:at + 2] = struct.pack("<H", 0x7E00)                 # f16 NaN
+    path.write_bytes(bytes(data))
+    assert check_tensors(path) == [(name, "Q8_0", n_blocks, 1)]
+    assert f"block {list(divmod(3, per_row))}" in load_error(str(path))
+    assert tinydiff.cli.main(["info", "--check-tensors", "-m", str(path)]) == 1
+    assert f"tensor {name} (Q8_0): 1 of its {n_blocks:,} blocks NaN or inf" in capsys.readouterr().out

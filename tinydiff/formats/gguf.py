@@ -105,9 +105,10 @@ class GGUFFile(TensorTable):
         """The numpy shape in weights (ne reversed), whatever the storage type."""
         return tuple(reversed(self.entry(name).ne))
 
-    def raw(self, name):
+    def raw(self, name, checked=True):
         """A read-only view of the tensor in its stored type: [..., k] for F32/F16/BF16, [..., k/32]
-        or [..., k/256] blocks for the block types; refused if a block's scales are not finite."""
+        or [..., k/256] blocks for the block types; refused if a block's scales are not finite
+        (unless not `checked`: check_tensors counts them)."""
         t = self.entry(name)
         type_name, block, _ = GGML_TYPES[t.type]
         if type_name not in STORAGE:
@@ -118,7 +119,7 @@ class GGUFFile(TensorTable):
         shape = shape[:-1] + (shape[-1] // block,) if shape else shape
         a = np.frombuffer(self._buf, dtype=dtype, count=t.nbytes // dtype.itemsize,
                           offset=self.data_start + t.offset).reshape(shape)
-        bad = quant.nonfinite_scale(a)
+        bad = quant.nonfinite_scale(a) if checked else None
         if bad is not None:
             fail(self.path, f"tensor {show(name)}: block {list(bad)} of its {type_name} blocks has a scale that is "
                              "NaN or infinite")
