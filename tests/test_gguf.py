@@ -923,5 +923,6 @@ def test_check_tensors_counts_a_gguf_block_whose_scale_is_nan_which_load_refuses
     path.write_bytes(bytes(data))
     assert check_tensors(path) == [(name, "Q8_0", n_blocks, 1)]
     assert f"block {list(divmod(3, per_row))}" in load_error(str(path))
-    assert tinydiff.cli.main(["info", "--check-tensors", "-m", str(path)]) == 1
+    from tinydiff.cli import main
+    assert main(["info", "--check-tensors", "-m", str(path)]) == 1
     assert f"tensor {name} (Q8_0): 1 of its {n_blocks:,} blocks NaN or inf" in capsys.readouterr().out
