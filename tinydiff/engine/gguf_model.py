@@ -45,6 +45,7 @@ import numpy as np
 from ..formats import quant
 from ..formats.files import fail, show
 from ..formats.gguf import GGML_TYPES, INT_TYPES, open_gguf
+from ..formats.gguf_vocab import END_TOKENS
 
 Arch = namedtuple("Arch", "permuted causal shifted")
 # The architectures tinydiff runs: whether llama.cpp's converter permutes their Q/K rows, and
@@ -56,12 +57,6 @@ ARCHITECTURES = {"llama": Arch(True, True, False), "qwen2": Arch(False, True, Fa
 # Hugging Face model_type -> GGUF architecture, as llama.cpp's converter maps them (Mistral's
 # layout is Llama's), for the families `tinydiff convert` writes
 HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "llada": "llada", "Dream": "dream"}
-# The token texts llama.cpp's vocabulary loader makes end-of-generation tokens whatever the file's
-# ids say (llama-vocab.cpp, load: "auto-detect special tokens by text")
-END_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-              "<｜end▁of▁sentence｜>", "[e~[")
 
 
 def load_gguf(path):
