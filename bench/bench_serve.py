@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -33,8 +34,11 @@ def free_port():
 
 def start(model, slots, threads):
     port = free_port()
+    # run from the temporary folder: `-m tinydiff` from the repository's root would import the
+    # source tree (no built kernels) rather than the installed package
     p = subprocess.Popen([sys.executable, "-m", "tinydiff", "serve", "-m", model, "--port", str(port),
-                          "--slots", str(slots), "-t", str(threads)], stderr=subprocess.DEVNULL)
+                          "--slots", str(slots), "-t", str(threads)], stderr=subprocess.DEVNULL,
+                         cwd=tempfile.gettempdir())
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -102,7 +106,6 @@ def main():
     p.add_argument("-t", "--threads", type=int, default=2)
     a = p.parse_args()
     if a.shape:
-        import tempfile
         a.model = shape_folder(a.shape, os.path.join(tempfile.mkdtemp(prefix="tinydiff-serve-"), a.shape))
     model = tinydiff.load(a.model, threads=a.threads)
     bodies = requests(a.clients)

@@ -11,6 +11,7 @@ import pytest
 
 import tinydiff
 from tinydiff.chat import Chat
+from tinydiff.cli import main
 from tinydiff.decoding.diffusion import _apart
 from tinydiff.engine.masks import block_causal
 from tinydiff.errors import ModelError, UsageError
@@ -140,6 +141,41 @@ def test_a_diffusion_model_whose_logits_are_nan_is_a_model_error(tmp_path, tempe
     model = tinydiff.load(with_nan_weights("stories5m-mdm", tmp_path / "nan"))
     with pytest.raises(ModelError, match="NaN or -inf everywhere at a masked position"):
         model.denoise("Once upon", 8, steps=8, temperature=temperature)
+
+
+def test_check_tensors_names_each_tensor_holding_nan_or_inf(tmp_path, capsys):
+    """llama.cpp's --check-tensors: `info --check-tensors` names the tensor, with the count, and
+    exits 1; on the unmutated model it says every tensor is finite and goes on to the info."""
+    from tinydiff.model import check_tensors
+    folder = with_nan_weights("stories5m-ar", tmp_path / "nan")
+    assert check_tensors(folder) == [("model.layers.0.mlp.down_proj.weight", "BF16",
+                                      tinydiff.load(folder).weights.layers[0].down_proj.size, 32)]
+    assert check_tensors("stories5m-ar") == []
+    assert main(["info", "--check-tensors", "-m", str(folder)]) == 1
+    out, err = capsys.readouterr()
+    assert "tensor model.layers.0.mlp.down_proj.weight (BF16): 32 of its" in out
+    assert err.count("\n") == 1 and "1 tensor hold NaN or inf (model.layers.0.mlp.down_proj.weight)" in err
+    assert main(["info", "--check-tensors", "-m", "stories5m-ar"]) == 0
+    assert "every tensor finite" in capsys.readouterr().out
+
+
+def test_the_error_of_a_nan_pass_names_the_tensor(tmp_path, capsys):
+    folder = with_nan_weights("stories5m-ar", tmp_path / "nan")
+    assert main(["generate", "-m", str(folder), "-p", "Once", "-n", "4"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NaN or inf in model.layers.0.mlp.down_proj.weight (32 of" in err, err
+
+
+def test_check_tensors_counts_the_blocks_of_a_block_type_whose_scale_is_not_finite():
+    from tinydiff.formats import quant
+    w = quant.quantize(np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32), "q8_0")
+    assert quant.nonfinite_count(w) == 0
+    w["d"][1, 0], w["d"][3, 1] = np.inf, np.nan
+    assert quant.nonfinite_count(w) == 2
+    x = np.ones(10, np.float32)
+    x[[2, 5]] = [np.inf, -np.nan]
+    assert quant.nonfinite_count(x) == 2 == quant.nonfinite_count(x.astype(np.float16))
+    assert quant.nonfinite_count(quant.quantize(x, "bf16")) == 2
 
 
 def test_decode_takes_one_id_as_transformers_does(ar):

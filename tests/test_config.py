@@ -125,6 +125,28 @@ def test_numbers_that_would_make_logits_nan_are_refused(kw, field):
         cfg(**kw)
 
 
+@pytest.mark.parametrize("kw, words", [
+    (dict(rms_norm_eps=2147483647), "rms_norm_eps should be in (0, 0.1], got 2147483647"),   # the audit's
+    (dict(rms_norm_eps=9.2e18), "rms_norm_eps should be in (0, 0.1], got 9.2e+18"),
+    (dict(rms_norm_eps=0.5), "got 0.5"),
+    (dict(rms_norm_eps=0), "got 0"),
+    (dict(max_position_embeddings=2**63 - 1), f"field 'max_position_embeddings' is {2**63 - 1}, more than"),
+    (dict(vocab_size=2**40), "field 'vocab_size' is 1099511627776, more than"),
+    (dict(hidden_size=66), "num_attention_heads 4 does not divide hidden_size 66"),
+])
+def test_numbers_no_model_has_are_refused_naming_the_field_and_value(kw, words):
+    """The audit's configurations that loaded and generated (issue 40): each a ModelError line."""
+    with pytest.raises(ModelError) as e:
+        cfg(**kw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_edges_of_what_can_be_true_load():
+    assert cfg(rms_norm_eps=0.1).rms_norm_eps == 0.1
+    assert cfg(max_position_embeddings=2**26).max_position_embeddings == 2**26
+    assert cfg(hidden_size=66, head_dim=16).head_dim == 16     # an explicit head size need not divide
+
+
 @pytest.mark.parametrize("kw, key", [
     (dict(bos_token_id=300), "bos_token_id"),
     (dict(eos_token_id=[5, 300]), "eos_token_id"),

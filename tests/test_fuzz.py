@@ -17,7 +17,14 @@ shows: a traceback, a signal, a hang, an exit status other than 0, 1, 2, an erro
 line, or a run that printed a warning. (tokenizer.json files fuzzed alone have no command: there
 the worker's word is the verdict.)
 
-300 mutants per format by default (~10 s on two cores); `pytest --long` runs 2000 per format. The seed is fixed
+A mutant that loads is held to its fixture too (against_base, the oracle): one whose weight bytes
+are the fixture's (a header flip, a rewritten metadata value) must give the fixture's weights, type
+for type and bit for bit, and one with the fixture's config and weights must give its logits; a
+difference has to come from weight bytes or a hyperparameter that changed. (A GGUF whose tensor
+type or alignment was changed under the same bytes loaded with other logits before the layout
+check; this is what would catch its kind.)
+
+300 mutants per format by default (2400 in all, ~15 s on two cores); `pytest --long` runs 2000 per format. The seed is fixed
 (TINYDIFF_FUZZ_SEED changes it), so a failure reproduces.
 
 Run as a script, this file is the worker: `python test_fuzz.py MUTANTS.json START`.
@@ -164,7 +171,8 @@ def gguf_value(kind, value, rng):
 
 def mutate_gguf_semantics(path, rng, base=GGUF):
     """A GGUF fixture rewritten with one metadata value changed (same type, or another), a key
-    or a tensor dropped, or a tensor renamed: what byte flips rarely reach."""
+    or a tensor dropped, or a tensor renamed: what byte flips rarely reach. True if every tensor
+    was kept as it was."""
     from tinydiff.formats.gguf import GGML_TYPES, Planned, open_gguf, write_gguf
     f = open_gguf(base)
     meta = {k: (f.value_types[k], v) for k, v in f.metadata.items() if k != "general.alignment"}
@@ -186,6 +194,7 @@ def mutate_gguf_semantics(path, rng, base=GGUF):
         if rng.random() < 0.5:
             tensors[name.replace("blk.1", "blk.7").replace("weight", "bias")] = planned
     write_gguf(path, meta, tensors)
+    return op != "tensor"
 
 
 # The block formats beyond Q8_0 and Q4_0, a matrix each, in a llama model of hidden size 256 (the
@@ -268,7 +277,8 @@ FORMATS = {
 
 def make_mutants(fmt, count, folder, seed):
     """count mutants of one format written under folder: model folders (links to the fixture's
-    files but the mutated one), GGUF files or tokenizer.json files."""
+    files but the mutated one), GGUF files or tokenizer.json files. folder/bases.json gets, for
+    each, the fixture it came from and whether its weight bytes are the fixture's (the oracle)."""
     rng = random.Random(f"{seed}-{fmt}")
     bases, name, mutate = FORMATS[fmt]
     start = None                                   # the GGUF file the mutants start from
@@ -279,7 +289,7 @@ def make_mutants(fmt, count, folder, seed):
     if start:
         from tinydiff.formats.gguf import open_gguf
         data, hot = start.read_bytes(), open_gguf(start).data_start
-    mutants = []
+    mutants, oracle = [], {}
     for i in range(count):
         if start:
             path = folder / f"{fmt.replace(' ', '-')}-{i}.gguf"
@@ -287,8 +297,9 @@ def make_mutants(fmt, count, folder, seed):
                 path.write_bytes(mutate_block_scales(data, rng, start))
             elif rng.random() < 0.5:
                 path.write_bytes(mutate_bytes(data, rng, hot))
+                oracle[str(path)] = [str(start), header_only(data, path.read_bytes(), hot)]
             else:
-                mutate_gguf_semantics(path, rng, start)
+                oracle[str(path)] = [str(start), mutate_gguf_semantics(path, rng, start)]
         elif fmt == "tokenizer alone":
             path = folder / f"tokenizer-{i}.json"
             path.write_bytes(mutate((FIXTURES / "tokenizers" / rng.choice(bases)).read_bytes(), rng))
@@ -299,9 +310,25 @@ def make_mutants(fmt, count, folder, seed):
             for f in base.iterdir():
                 if f.name != name:
                     (path / f.name).symlink_to(f)
-            (path / name).write_bytes(mutate((base / name).read_bytes(), rng))
+            original = (base / name).read_bytes()
+            mutant = mutate(original, rng)
+            (path / name).write_bytes(mutant)
+            oracle[str(path)] = [str(base), fmt == "safetensors" and same_data(original, mutant)]
         mutants.append(str(path))
+    (folder / "bases.json").write_text(json.dumps(oracle))
     return mutants
+
+
+def header_only(original, mutant, hot):
+    """Whether mutant differs from original only in its first hot bytes (the header), at the same length."""
+    return len(mutant) == len(original) and mutant[hot:] == original[hot:]
+
+
+def same_data(original, mutant):
+    """Whether a mutated safetensors file still ends in the original's data section, whatever
+    became of the header before it (a rewritten JSON header, a flipped byte in it)."""
+    data = original[8 + int.from_bytes(original[:8], "little"):]
+    return len(mutant) >= len(data) and mutant[len(mutant) - len(data):] == data
 
 
 # --- the worker: a batch of mutants in one process ------------------------------------------------
@@ -317,7 +344,11 @@ def run_one(path):
             return run_tokenizer(path)
         model = load(path, threads=1)
         ids = model.encode_prompt("Once upon a time")
-        assert model.logits(ids).shape == (len(ids), model.config.vocab_size)
+        logits = model.logits(ids)
+        assert logits.shape == (len(ids), model.config.vocab_size)
+        wrong = against_base(path, model, ids, logits)
+        if wrong:
+            return f"wrong: {wrong}"
         if model.config.causal:
             new = model.generate_ids(ids, max_new_tokens=3, temperature=0)
         else:
@@ -328,6 +359,45 @@ def run_one(path):
         return "clean" if "\n" not in str(e) else f"multi-line error: {e!r}"
     except Exception as e:      # noqa: BLE001 -- what the fuzzer looks for
         return f"raised {type(e).__name__}: {str(e)[:300]}"
+
+
+_BASES = {}     # fixture path -> (config, weights' fingerprint, ids, logits), once a worker
+
+
+def fingerprint(model):
+    """Each weight array of a loaded model as (type, shape, digest of its bytes), in field order."""
+    import hashlib
+
+    import numpy as np
+    w = model.weights
+    arrays = [w.embed_tokens, w.norm, w.lm_head] + [a for layer in w.layers for a in vars(layer).values()]
+    return [None if a is None else (str(a.dtype), a.shape, hashlib.sha1(np.ascontiguousarray(a).view(np.uint8)).digest())
+            for a in arrays]
+
+
+def against_base(path, model, ids, logits):
+    """The oracle for a mutant that loads: a file whose weight bytes are its fixture's must give
+    the fixture's weights, and a model of the fixture's config and weights the fixture's logits
+    (any difference must come from weight bytes, or a hyperparameter, that changed); None if so."""
+    import numpy as np
+
+    from tinydiff.model import load
+    bases = json.loads((Path(path).parent / "bases.json").read_text())
+    if path not in bases:
+        return None
+    base, same_bytes = bases[path]
+    if base not in _BASES:
+        ref = load(base, threads=1)
+        ref_ids = ref.encode_prompt("Once upon a time")
+        _BASES[base] = (ref.config, fingerprint(ref), ref_ids, ref.logits(ref_ids))
+    config, weights, ref_ids, ref_logits = _BASES[base]
+    mine = fingerprint(model)
+    if same_bytes and mine != weights:
+        changed = sum(a != b for a, b in zip(mine, weights)) + abs(len(mine) - len(weights))
+        return f"only the header changed, yet {changed} weight arrays differ from the fixture's"
+    if model.config == config and mine == weights and list(ids) == list(ref_ids) and not np.array_equal(logits, ref_logits):
+        return "the fixture's config and weights, yet other logits"
+    return None
 
 
 def run_tokenizer(path):
@@ -411,7 +481,9 @@ def fuzz(fmt, count, folder, seed=SEED):
     if fmt == "tokenizer alone":   # no command runs a tokenizer alone: the worker's word is the verdict
         return {path: outcome for half, outcomes in zip(halves, results)
                 for i, outcome in outcomes.items() if outcome not in ("ok", "clean") for path in [half[i]]}
-    return {path: verdict for path in suspects if (verdict := run_cli(path)) is not None}
+    wrong = {half[i]: outcome for half, outcomes in zip(halves, results)
+             for i, outcome in outcomes.items() if outcome.startswith("wrong: ")}
+    return {**wrong, **{path: verdict for path in suspects if path not in wrong and (verdict := run_cli(path)) is not None}}
 
 
 # --- the tests ----------------------------------------------------------------------------------
@@ -435,6 +507,30 @@ if __name__ != "__main__":
         outcomes = run_batch(mutants)
         assert set(outcomes) == set(range(30))
         assert "clean" in outcomes.values() and "ok" in outcomes.values()
+
+    def test_the_oracle_finds_weights_or_logits_a_header_change_should_not_have_moved(tmp_path):
+        """A file said to hold its fixture's weight bytes but whose data changed, and the fixture's
+        model giving other logits: both are named; the fixture itself passes."""
+        from tinydiff.formats.gguf import open_gguf
+        from tinydiff.model import load
+        data = bytearray(GGUF.read_bytes())
+        f = open_gguf(GGUF)
+        data[f.data_start + f.entry("output_norm.weight").offset] ^= 0x40
+        (tmp_path / "m.gguf").write_bytes(bytes(data))
+        (tmp_path / "same.gguf").write_bytes(GGUF.read_bytes())
+        (tmp_path / "bases.json").write_text(json.dumps({str(tmp_path / "m.gguf"): [str(GGUF), True],
+                                                         str(tmp_path / "same.gguf"): [str(GGUF), True]}))
+        for name in ("m.gguf", "same.gguf"):
+            model = load(tmp_path / name)
+            ids = model.encode_prompt("Once upon a time")
+            logits = model.logits(ids)
+            found = against_base(str(tmp_path / name), model, ids, logits)
+            if name == "m.gguf":
+                assert found == "only the header changed, yet 1 weight arrays differ from the fixture's"
+            else:
+                assert found is None
+                assert against_base(str(tmp_path / name), model, ids, logits + 1) == (
+                    "the fixture's config and weights, yet other logits")
 
     def test_a_crash_in_the_worker_is_recorded_and_the_batch_goes_on(tmp_path, monkeypatch):
         """A worker killed by a signal on one mutant: that mutant is recorded, the others still run."""

@@ -717,7 +717,55 @@ def test_overlapping_and_misaligned_tensors(tmp_path, base):
     offset = struct.unpack_from("<Q", data, at)[0]
     assert "not a multiple of the alignment" in load_error(
         write(tmp_path, data[:at] + struct.pack("<Q", offset + 4) + data[at + 8:]))
-    assert "overlap" in load_error(write(tmp_path, data[:at] + struct.pack("<Q", 0) + data[at + 8:]))
+    assert "ends at" in load_error(write(tmp_path, data[:at] + struct.pack("<Q", 0) + data[at + 8:]))
+
+
+def type_field(data, name):
+    """The byte offset of a tensor info's ggml type in a file's header."""
+    n_dims_at = data.index(gstr(name)) + len(gstr(name))
+    return n_dims_at + 4 + 8 * struct.unpack_from("<I", data, n_dims_at)[0]
+
+
+@pytest.mark.parametrize("name, code", [("blk.0.attn_q.weight", "Q4_0"), ("blk.1.ffn_gate.weight", "Q8_0"),
+                                        ("output_norm.weight", "BF16"), ("output.weight", "F16")])
+def test_a_tensor_whose_type_was_changed_to_a_smaller_one_is_refused_by_name(tmp_path, base, name, code):
+    """The audit's case (issue 40): the type field rewritten, so the tensor covers fewer bytes than
+    it did; ggml requires each offset to be the running padded size, which the gap breaks."""
+    data = gguf_bytes(*base)
+    at = type_field(data, name)
+    msg = load_error(write(tmp_path, data[:at] + struct.pack("<I", GGML[code]) + data[at + 4:]))
+    assert f"before it, {name}, ends at" in msg or f"the last tensor, {name}," in msg, msg
+
+
+def test_an_alignment_the_data_was_not_laid_out_with_is_refused(tmp_path, base):
+    """general.alignment 16 in a file laid out with 32: the data section starts 16 bytes early
+    (where the header's end allows) and every tensor is shifted; a file where the two agree on
+    everything is the same file, and loads as it."""
+    kvs, tensors = base
+    refused = 0
+    for extra in range(32):     # header lengths of every residue mod 32
+        data = gguf_bytes(kvs + [("general.alignment", "u32", 32), ("x.pad", "str", "a" * extra)], tensors)
+        at = data.index(gstr("general.alignment")) + len(gstr("general.alignment")) + 4
+        path = write(tmp_path, data[:at] + struct.pack("<I", 16) + data[at + 4:])
+        try:
+            mutant = tinydiff.load(path)
+        except ModelError as e:
+            assert "\n" not in str(e) and "general.alignment" in str(e)
+            refused += 1
+            continue
+        same = tinydiff.load(write(tmp_path, data, "same.gguf"))
+        assert np.array_equal(mutant.logits([1, 2, 3]), same.logits([1, 2, 3]))
+    assert refused >= 8
+
+
+def test_bytes_after_the_last_tensor_are_refused_but_a_missing_last_padding_is_not(tmp_path, base):
+    data = gguf_bytes(*base)
+    for garbage in (bytes(32), b"x", bytes(4096)):
+        msg = load_error(write(tmp_path, data + garbage))
+        assert "after the last tensor, output.weight," in msg
+    last = base[1][-1][3]
+    pad = -len(last) % 32
+    tinydiff.load(write(tmp_path, data[:len(data) - pad] if pad else data))
 
 
 def test_duplicate_keys_and_tensors(tmp_path, base):
@@ -742,6 +790,9 @@ def test_bad_bool_and_unknown_value_type(tmp_path, base):
     (("llama.expert_count", "u32", 8), ["expert_count"]),
     (("llama.block_count", "str", "two"), ["block_count should be int"]),
     (("llama.rope.freq_base", "f32", -1.0), ["freq_base"]),
+    (("llama.attention.layer_norm_rms_epsilon", "f32", 2147483647.0), ["layer_norm_rms_epsilon should be in"]),
+    (("llama.context_length", "u64", 2**63 - 1), [f"llama.context_length is {2**63 - 1}, more than"]),
+    (("llama.attention.head_count_kv", "u32", 3), ["not a multiple"]),
     (("tokenizer.ggml.eos_token_id", "u32", 320), ["outside the vocabulary"]),
     (("llama.vocab_size", "u32", 999), ["vocab_size 999"]),
     (("tokenizer.ggml.pre", "str", "falcon"), ["'falcon' not supported"]),
@@ -857,3 +908,21 @@ def test_bad_gguf_on_the_command_line(tmp_path):
     path = tmp_path / "m.gguf"
     path.write_bytes(b"GGUF" + bytes(100))
     one_line(*run("info", "-m", str(path)), 1, "m.gguf", "version 0")
+
+
+def test_check_tensors_counts_a_gguf_block_whose_scale_is_nan_which_load_refuses(tmp_path, capsys):
+    from tinydiff.model import check_tensors
+    path = tmp_path / "m.gguf"
+    convert(os.path.join(HF, "mistral"), path, "q8_0")
+    f = open_gguf(path)
+    name = "blk.1.ffn_down.weight"
+    at = f.data_start + f.entry(name).offset + 34 * 3          # the scale d of its 4th block
+    n_blocks, per_row = f.raw(name).size, f.raw(name).shape[1]
+    data = bytearray(path.read_bytes())
+    data[at:at + 2] = struct.pack("<H", 0x7E00)                 # f16 NaN
+    path.write_bytes(bytes(data))
+    assert check_tensors(path) == [(name, "Q8_0", n_blocks, 1)]
+    assert f"block {list(divmod(3, per_row))}" in load_error(str(path))
+    from tinydiff.cli import main
+    assert main(["info", "--check-tensors", "-m", str(path)]) == 1
+    assert f"tensor {name} (Q8_0): 1 of its {n_blocks:,} blocks NaN or inf" in capsys.readouterr().out

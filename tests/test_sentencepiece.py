@@ -383,3 +383,32 @@ def test_a_model_with_a_sentencepiece_vocabulary_loads_generates_and_streams(tmp
     kept = [i for i in new if i not in model.stop_ids and i not in model.tokenizer.special_ids]
     text = model.generate("abc xy", max_new_tokens=8, temperature=0)
     assert text == model.tokenizer.decode_bytes(kept).decode("utf-8", errors="replace") and len(new) > 0
+
+
+# --- special tokens' text read as text (llama.cpp's parse_special=false) --------------------------
+
+PLAIN_CASES = os.path.join(os.path.dirname(SMALL_CASES), "gguf_no_parse_special.json")
+
+
+def plain_cases(key):
+    with open(PLAIN_CASES, encoding="utf-8") as f:
+        return json.load(f)[key]
+
+
+def test_split_special_tokens_reads_control_tokens_as_text_as_llama_cpp_does():
+    """llama-tokenize --no-parse-special on the small vocabulary (make_gguf_vocab_reference.py
+    --plain): <turn>, <s> and </s> become their characters, and the text differs from parsing."""
+    rows, tok = plain_cases("small"), small()
+    assert [[text, tok.encode(text, split_special_tokens=True)] for text, _ in rows] == rows
+    assert sum(tok.encode(t, split_special_tokens=True) != tok.encode(t) for t, _ in rows) >= 5
+
+
+@pytest.mark.parametrize("name", [GEMMA3, SMOLLM2])
+def test_the_real_vocabularies_read_special_text_as_llama_cpp_does(name):
+    """Both tokenizers (SentencePiece for Gemma, tokenizer.json's BPE for SmolLM2): control tokens'
+    text is text; Gemma's user-defined tokens (<unused0>, space runs) still match whole."""
+    tok, rows = real_tokenizer(name), plain_cases(name)
+    assert len(rows) > 10
+    got = [[text, tok.encode(text, split_special_tokens=True)] for text, _ in rows]
+    assert got == rows
+    assert sum(ids != tok.encode(text) for text, ids in rows) >= 3   # the switch did something

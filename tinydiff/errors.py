@@ -21,6 +21,11 @@ class ModelError(TinydiffError):
     exit_status = 1
 
 
+class NonFiniteLogits(ModelError):
+    """A pass gave NaN logits (or -inf everywhere): the weights hold a NaN or an inf, most likely.
+    The CLI names the tensors (model.check_tensors) after the message."""
+
+
 def check_all(checks):
     """Raises a UsageError with the message of the first (ok, message) that is not ok."""
     for ok, message in checks:

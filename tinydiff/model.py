@@ -100,6 +100,28 @@ def load(path, threads=None):
     return Model(config, weights, tokenizer, path, stored_bytes(ckpt), threads, load_chat_template(path))
 
 
+def check_tensors(path):
+    """[(tensor name, stored type, numbers, how many are NaN or inf)] for each tensor of a model
+    file or folder (a shipped name too) that holds any, as llama.cpp's --check-tensors finds them:
+    weights for the float types, blocks with such a scale for the block types. Reads every byte."""
+    from .formats.gguf import open_gguf
+    path = model_path(path)
+    if os.path.isfile(path):
+        f = open_gguf(path)
+        arrays = ((name, f.type_name(name), f.raw(name, checked=False)) for name in f.names)
+    elif os.path.isdir(path):
+        ckpt = load_checkpoint(path)
+        arrays = ((name, ckpt.dtype(name), ckpt.stored(name)) for name in ckpt.names)
+    else:
+        raise ModelError(f"{path}: not a model folder or a .gguf file, nor a shipped model's name (tinydiff models)")
+    found = []
+    for name, kind, a in arrays:
+        bad = quant.nonfinite_count(a)
+        if bad:
+            found.append((name, kind, a.size, bad))
+    return found
+
+
 def _is_batch(ids):
     """A list of prompts (each a sequence of ids), not one prompt."""
     return (isinstance(ids, (list, tuple)) and len(ids) > 0

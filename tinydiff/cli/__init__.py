@@ -12,16 +12,20 @@ describe or convert one (bench, cost, compare, roofline, models, info, convert);
 import os
 import sys
 
-from ..errors import TinydiffError
+from ..errors import NonFiniteLogits, TinydiffError
 from .generate import _answer  # noqa: F401 (tests/test_chat.py drives one chat turn through cli._answer)
 from .parser import build_parser
 
 
 def main(argv=None):
+    args = None
     try:
         args = build_parser().parse_args(argv)
         args.run(args)
         sys.stdout.flush()          # a write error surfaces here, not in the interpreter's exit
+    except NonFiniteLogits as e:    # which tensors, as `info --check-tensors` finds them
+        print(f"tinydiff: error: {e}{_nonfinite_tensors(args)}", file=sys.stderr)
+        return e.exit_status
     except TinydiffError as e:
         print(f"tinydiff: error: {e}", file=sys.stderr)
         return e.exit_status
@@ -39,6 +43,19 @@ def main(argv=None):
         print(f"tinydiff: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _nonfinite_tensors(args):
+    """'; blk.0.attn_q.weight holds NaN or inf (3 of 4096)...' for the model the run used."""
+    from ..model import check_tensors
+    from .flags import model_location
+    try:
+        found = check_tensors(model_location(args))
+    except TinydiffError:
+        return ""
+    named = ", ".join(f"{name} ({bad} of {n})" for name, _, n, bad in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return f"; NaN or inf in {named}{more} (tinydiff info --check-tensors lists them)" if found else ""
 
 
 def _quiet_stdout():

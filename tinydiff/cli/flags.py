@@ -25,9 +25,13 @@ def load_model(args):
         raise UsageError("-m/--model is empty: give a model folder, a .gguf file or a shipped model's name")
     if "" in (getattr(args, "stop", None) or []):
         raise UsageError("--stop \"\": a stop string must not be empty (it would end every answer at once)")
-    path = args.model or default_model_path("diffusion" if getattr(args, "mode", None) == "diffusion"
+    return load(model_location(args), threads=args.threads)
+
+
+def model_location(args):
+    """What -m names (a folder, a .gguf file or a shipped name), or the shipped model for the run's mode."""
+    return args.model or default_model_path("diffusion" if getattr(args, "mode", None) == "diffusion"
                                             or args.command == "infill" else "ar")
-    return load(path, threads=args.threads)
 
 
 def add_sampling_args(p):

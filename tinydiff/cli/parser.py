@@ -194,6 +194,9 @@ def _models(sub):
 def _info(sub):
     i = sub.add_parser("info", help="architecture, parameter count and weight bytes per dtype")
     add_model_args(i)
+    i.add_argument("--check-tensors", action="store_true",
+                   help="first read every tensor and name each that holds a NaN or an inf (llama.cpp's "
+                        "--check-tensors); exit 1 if any does")
     i.set_defaults(run=cmd_info)
 
 

@@ -85,11 +85,6 @@ def cmd_perplexity(args):
     tokens = ppl.tokenize(model.tokenizer, text)
     bos = model.tokenizer.bos_id if ppl.adds_bos(model.tokenizer) else None
     chunks = ppl.make_chunks(tokens, args.ctx_size, args.chunks, bos, f"-f {args.file}")
-    special = ppl.special_tokens_in(model.tokenizer, tokens[:chunks.ids.size], bos is not None)
-    if special:
-        print(f"note: {args.file} holds the text of special tokens ({len(special)} in the chunks, e.g. "
-              f"{model.tokenizer.id_to_token(special[0])!r}), read here as those tokens; llama-perplexity reads "
-              "them as plain text, so its figure differs", file=sys.stderr)
     if ref is not None and ppl.tokenize(ref.tokenizer, text)[:chunks.ids.size] != tokens[:chunks.ids.size]:
         raise UsageError(f"--kl-against {args.kl_against}: its tokenizer reads {args.file} into other tokens; "
                          "the two models must share a vocabulary")

@@ -30,6 +30,7 @@ from ..measure.bench import (
 from ..measure.shapes import SHAPES, random_model, shape_config
 from ..model import (
     DEFAULT_MODELS,
+    check_tensors,
     default_model_path,
     load,
     model_path,
@@ -37,7 +38,7 @@ from ..model import (
     shipped_models,
 )
 from ..training.compare import compare, table
-from .flags import diffusion_options, load_model
+from .flags import diffusion_options, load_model, model_location
 
 
 def cmd_bench(args):
@@ -195,6 +196,17 @@ def cmd_roofline(args):
     print(machine.report(machine.load_or_measure(args.threads, remeasure=args.remeasure)))
 
 
+def _check_tensors(args):
+    found = check_tensors(model_location(args))
+    for name, kind, n, bad in found:
+        print(f"tensor {name} ({kind}): {bad} of its {n:,} {'numbers' if kind.upper() in ('F32', 'F16', 'BF16') else 'blocks'} "
+              "NaN or inf")
+    if found:
+        raise ModelError(f"{model_location(args)}: {len(found)} tensor{'s' if len(found) > 1 else ''} hold NaN or inf "
+                         f"({', '.join(name for name, *_ in found[:3])}{', ...' if len(found) > 3 else ''})")
+    print("check-tensors: every tensor finite")
+
+
 def cmd_convert(args):
     try:
         result = convert(model_path(args.model), args.output, args.type, args.allow_requantize)
@@ -216,6 +228,8 @@ def cmd_models(args):
 
 
 def cmd_info(args):
+    if args.check_tensors:      # before the load, which refuses a NaN block scale at the first
+        _check_tensors(args)
     model = load_model(args)
     c = model.config
     print(f"model:        {model.path}")

@@ -31,7 +31,7 @@ from ..engine import kernels as K
 from ..engine.masks import BIDIRECTIONAL, CAUSAL
 from ..engine.transformer import canvas_rows
 from ..errors import (
-    ModelError,
+    NonFiniteLogits,
     UsageError,
     check_all,
     from_keywords,
@@ -522,7 +522,7 @@ def _predict(logits, o, rng, banned, todo, canvas, known):
         penalize_near(z, todo[rows], canvas, known, o.repeat_penalty, o.repeat_last_n)
         top, first, total, h = K.softmax_stats(z, entropy=need_h)    # p = e^(z - top) / total  [c] each
         if not (np.isfinite(top).all() and np.isfinite(total).all()):  # a NaN in a row, or nothing but -inf
-            raise ModelError("the model gave logits that are NaN or -inf everywhere at a masked position: "
+            raise NonFiniteLogits("the model gave logits that are NaN or -inf everywhere at a masked position: "
                              "nothing to choose from (a NaN or inf in its weights?)")
         tok = first if _greedy(top, o.temperature) else K.gumbel_max(restrict(z, o.top_k, o.top_p), o.temperature,
                                                             rng.random(out=u_rows[:len(z)]))  # rng.gumbel's

@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 
 from ..engine import cost, ledger
-from ..errors import ModelError, check_all, from_keywords, is_integer, is_number
+from ..errors import NonFiniteLogits, check_all, from_keywords, is_integer, is_number
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Sampler:
         """logits [V] of the next position; history: token ids so far (prompt included)."""
         ledger.book_sampling(cost.sampling(1, len(logits)))
         if not np.isfinite(logits.max()):       # a NaN anywhere, or nothing but -inf: a broken model
-            raise ModelError("the model gave logits that are NaN or -inf everywhere: nothing to sample from "
+            raise NonFiniteLogits("the model gave logits that are NaN or -inf everywhere: nothing to sample from "
                              "(a NaN or inf in its weights?)")
         logits = penalize(logits, history, self.p.repeat_penalty, self.p.repeat_last_n)
         if self.p.temperature == 0:

@@ -211,6 +211,8 @@ def config_from_dict(raw, where="config.json"):
     n_heads = get("num_attention_heads", int, required=True)
     n_kv = get("num_key_value_heads", int, n_heads)
     head_dim = get("head_dim", int, None)                     # given (0 too: check_shapes refuses it), or d / H
+    if head_dim is None and n_heads > 0 and d % n_heads:
+        raise ModelError(f"{where}: num_attention_heads {n_heads} does not divide hidden_size {d} (and no head_dim)")
     head_dim = head_dim if head_dim is not None else d // n_heads if n_heads else 0
     n_layers = get("num_hidden_layers", int, required=True)
     attention_bias = bool(raw.get("attention_bias", False))
@@ -415,8 +417,18 @@ def usable_rope_theta(theta):
     return FLOAT32_TINY <= theta <= FLOAT32_MAX
 
 
+# RMSNorm's eps is a guard against dividing by zero, 1e-5 or 1e-6 in every real model: one above
+# 0.1 swamps mean(x^2) and the norm no longer normalises (the audit's 2147483647 loaded and gave
+# nonsense); 0 would divide by zero on a zero row.
+MAX_RMS_NORM_EPS = 0.1
+# The largest dimension the kernels index with 32-bit ints, and the longest context a Config may
+# claim (2^26 positions; the longest real one, Llama 4 Scout's, is 10M): beyond either, a number
+# is not a model's but a corrupt file's.
+MAX_DIM, MAX_POSITIONS = 2**31 - 1, 2**26
+
+
 def usable_rms_norm_eps(eps):
-    return 0 <= eps <= FLOAT32_MAX
+    return 0 < eps <= MAX_RMS_NORM_EPS
 
 
 def _quote(value):
@@ -435,7 +447,7 @@ def _as_float(value, key, where):
 def _rms_norm_eps(eps, where):
     """RMSNorm divides by sqrt(mean(x^2) + eps): a negative or NaN eps makes logits NaN."""
     if not usable_rms_norm_eps(eps):
-        raise ModelError(f"{where}: rms_norm_eps should be a float32 number >= 0, got {eps!r}")
+        raise ModelError(f"{where}: rms_norm_eps should be in (0, {MAX_RMS_NORM_EPS}], got {eps!r}")
     return eps
 
 
@@ -463,11 +475,19 @@ def _token_id(raw, key, where):
     return ids[0] if ids else None
 
 
-def check_shapes(cfg, where):
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"):
-        if getattr(cfg, key) <= 0:
-            raise ModelError(f"{where}: field '{key}' should be positive, got {getattr(cfg, key)}")
+def check_shapes(cfg, where, keys=None):
+    """Sizes that can be true of a model: positive, within MAX_DIM (the context within
+    MAX_POSITIONS), whole head groups, an even head size. keys: the names the source spells the
+    fields with (a GGUF file's keys), for the messages; default config.json's."""
+    keys = keys or {}
+    for field in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                  "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"):
+        value, top = getattr(cfg, field), MAX_POSITIONS if field == "max_position_embeddings" else MAX_DIM
+        key = keys.get(field, f"field '{field}'")
+        if value <= 0:
+            raise ModelError(f"{where}: {key} should be positive, got {value}")
+        if value > top:
+            raise ModelError(f"{where}: {key} is {value}, more than any model's ({top})")
     if cfg.num_attention_heads % cfg.num_key_value_heads:
         raise ModelError(f"{where}: num_attention_heads={cfg.num_attention_heads} is not a multiple "
                          f"of num_key_value_heads={cfg.num_key_value_heads}")

@@ -45,6 +45,7 @@ import numpy as np
 from ..formats import quant
 from ..formats.files import fail, show
 from ..formats.gguf import GGML_TYPES, INT_TYPES, open_gguf
+from ..formats.gguf_vocab import END_TOKENS
 
 Arch = namedtuple("Arch", "permuted causal shifted")
 # The architectures tinydiff runs: whether llama.cpp's converter permutes their Q/K rows, and
@@ -57,12 +58,6 @@ ARCHITECTURES = {"llama": Arch(True, True, False), "qwen2": Arch(False, True, Fa
 # layout is Llama's), for the families `tinydiff convert` writes
 HF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3",
                     "llada": "llada", "Dream": "dream"}
-# The token texts llama.cpp's vocabulary loader makes end-of-generation tokens whatever the file's
-# ids say (llama-vocab.cpp, load: "auto-detect special tokens by text")
-END_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-              "<｜end▁of▁sentence｜>", "[e~[")
 
 
 def load_gguf(path):
@@ -116,11 +111,18 @@ def permute_rows(w, n_head, undo=False):
     return np.ascontiguousarray(w.reshape(*split, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
 
 
+# Config's size fields as a GGUF file spells them (after "<arch>."), for check_shapes' messages
+GGUF_KEYS = {"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
+             "num_attention_heads": "attention.head_count", "num_key_value_heads": "attention.head_count_kv",
+             "head_dim": "attention.key_length", "intermediate_size": "feed_forward_length",
+             "vocab_size": "vocab_size", "max_position_embeddings": "context_length"}
+
+
 def config_from_gguf(f):
     """The Config that a GGUF file's metadata describes; anything the engine does not implement
     (RoPE scaling other than linear and llama3, partial RoPE, sliding windows but Gemma 3's,
     experts) is an error naming the key."""
-    from .config import Config, check_shapes, usable_rms_norm_eps, usable_rope_theta
+    from .config import MAX_RMS_NORM_EPS, Config, check_shapes, usable_rms_norm_eps, usable_rope_theta
     meta, kinds = f.metadata, f.value_types
 
     def get(key, kind, default=None):
@@ -145,6 +147,9 @@ def config_from_gguf(f):
     _check_unsupported(f, a, arch, get)
     d = get(a + "embedding_length", int)
     n_heads = get(a + "attention.head_count", int)
+    if a + "attention.key_length" not in meta and n_heads > 0 and d % n_heads:
+        fail(f.path, f"{a}attention.head_count {n_heads} does not divide {a}embedding_length {d} "
+                     f"(and no {a}attention.key_length)")
     head_dim = get(a + "attention.key_length", int, 0) or (d // n_heads if n_heads else 0)
     if get(a + "attention.value_length", int, head_dim) != head_dim:
         fail(f.path, f"{a}attention.value_length differs from the key length {head_dim}: not supported")
@@ -152,8 +157,10 @@ def config_from_gguf(f):
         fail(f.path, f"{a}rope.dimension_count {meta[a + 'rope.dimension_count']} is not the head size "
                       f"{head_dim}: partial RoPE is not supported")
     theta, eps = get(a + "rope.freq_base", float, 10000.0), get(a + "attention.layer_norm_rms_epsilon", float)
-    if not (usable_rope_theta(theta) and usable_rms_norm_eps(eps)):
-        fail(f.path, f"{a}rope.freq_base {theta} or layer_norm_rms_epsilon {eps} is not a usable number")
+    if not usable_rope_theta(theta):
+        fail(f.path, f"{a}rope.freq_base should be a positive float32 number, got {theta}")
+    if not usable_rms_norm_eps(eps):
+        fail(f.path, f"{a}attention.layer_norm_rms_epsilon should be in (0, {MAX_RMS_NORM_EPS}], got {eps}")
     vocab = _vocab_size(f, a, get)
     tok = "tokenizer.ggml."
     ids = {key: get(tok + key, int, -1) for key in ("bos_token_id", "eos_token_id", "eot_token_id",
@@ -191,7 +198,7 @@ def config_from_gguf(f):
         dtype=max(counts, key=counts.get).lower() if counts else "f32",
         **_variants(f, a, arch, get, d, n_heads, head_dim),
     )
-    check_shapes(cfg, show(f.path))
+    check_shapes(cfg, show(f.path), {field: a + key for field, key in GGUF_KEYS.items()})
     return cfg
 
 

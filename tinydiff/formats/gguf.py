@@ -5,7 +5,8 @@ format description (ggml docs/gguf.md) with numpy and the standard library only.
     kv_count     x  string key, u32 value_type, value
     tensor_count x  string name, u32 n_dims, u64 ne[n_dims], u32 ggml_type, u64 offset
     zero padding to general.alignment (default 32)
-    tensor data: tensor i at data_start + offset_i, each offset a multiple of the alignment
+    tensor data: tensor i at data_start + offset_i, offset_i the sizes of tensors 0..i-1 each
+                 padded to the alignment (ggml's gguf.cpp requires it); the file ends there
 
 Little-endian throughout. string = u64 byte length + UTF-8; array = u32 element type + u64 count +
 the elements. ne[0] is the fastest-varying dimension (a row's length), so a numpy shape is ne
@@ -14,7 +15,8 @@ reversed. A block type stores each row of k weights as k/32 (or k/256) blocks, s
 ggml's layout, a view of the mapped file.
 
 The reader checks everything before it builds an array: every length and count against the file
-size, the alignment, each tensor's type, dims and byte range; no file can make it read outside the
+size, the alignment, each tensor's type, dims and byte range, and that the tensors tile the data
+section as ggml lays it out (no gap, no bytes after the last); no file can make it read outside the
 map. A block tensor whose float scales hold a NaN or an infinity is refused when it is read
 (llama.cpp's ggml_validate_row_data checks the same), one vectorised pass over its scale fields.
 Every problem is one ModelError line naming the file and what is wrong.
@@ -101,9 +103,10 @@ class GGUFFile(TensorTable):
         """The numpy shape in weights (ne reversed), whatever the storage type."""
         return tuple(reversed(self.entry(name).ne))
 
-    def raw(self, name):
+    def raw(self, name, checked=True):
         """A read-only view of the tensor in its stored type: [..., k] for F32/F16/BF16, [..., k/32]
-        or [..., k/256] blocks for the block types; refused if a block's scales are not finite."""
+        or [..., k/256] blocks for the block types; refused if a block's scales are not finite
+        (unless not `checked`: check_tensors counts them)."""
         t = self.entry(name)
         type_name, block, _ = GGML_TYPES[t.type]
         if type_name not in STORAGE:
@@ -114,7 +117,7 @@ class GGUFFile(TensorTable):
         shape = shape[:-1] + (shape[-1] // block,) if shape else shape
         a = np.frombuffer(self._buf, dtype=dtype, count=t.nbytes // dtype.itemsize,
                           offset=self.data_start + t.offset).reshape(shape)
-        bad = quant.nonfinite_scale(a)
+        bad = quant.nonfinite_scale(a) if checked else None
         if bad is not None:
             fail(self.path, f"tensor {show(name)}: block {list(bad)} of its {type_name} blocks has a scale that is "
                              "NaN or infinite")
@@ -230,7 +233,7 @@ def open_gguf(path):
     if any(r.buf[r.pos:data_start]):
         r.fail(f"bytes {r.pos}..{data_start} after the tensor infos are not zero padding; "
                f"is the tensor count ({n_tensors}) right?")
-    _check_data_ranges(r, tensors, data_start)
+    _check_data_ranges(r, tensors, data_start, alignment)
     return GGUFFile(path, r.buf, version, metadata, value_types, tensors, alignment, data_start)
 
 
@@ -285,17 +288,24 @@ def _read_tensor_infos(r, n_tensors, alignment):
     return tensors
 
 
-def _check_data_ranges(r, tensors, data_start):
-    """Each tensor inside the file, none overlapping another."""
-    data_len = r.size - data_start
-    prev = None
-    for t in sorted(tensors.values(), key=lambda t: (t.offset, t.nbytes)):
-        if t.offset > data_len or t.nbytes > data_len - t.offset:
+def _check_data_ranges(r, tensors, data_start, alignment):
+    """The data section as ggml's gguf.cpp lays it out and checks it: tensor i at the padded size of
+    tensors 0..i-1 (so no gap, overlap or reordering hides bytes a changed type or shape no longer
+    covers), and the file ends where the last tensor's padding does (or where its data does, for a
+    writer that leaves the last padding out): bytes after it are refused."""
+    data_len, end, prev = r.size - data_start, 0, None
+    for t in tensors.values():
+        if t.offset != end:
+            before = f"the tensor before it, {show(prev.name)}, ends at {end}" if prev else "the first should be at 0"
+            r.fail(f"tensor {show(t.name)}: offset {t.offset}, but {before} (padded to {alignment}); "
+                   "a wrong type, shape or general.alignment?")
+        if t.nbytes > data_len - t.offset:
             r.fail(f"tensor {show(t.name)}: data [{t.offset}, {t.offset + t.nbytes}) runs past the end of "
                    f"the {data_len}-byte data section; truncated?")
-        if prev is not None and t.offset < prev.offset + prev.nbytes:
-            r.fail(f"tensors {show(prev.name)} and {show(t.name)} overlap in the data section")
-        prev = t
+        end, prev = t.offset + t.nbytes + _pad(t.nbytes, alignment), t
+    if prev is not None and data_len > end:
+        r.fail(f"{data_len - end} bytes after the last tensor, {show(prev.name)}, which ends at {end} of the "
+               f"{data_len}-byte data section; a wrong type, shape or general.alignment?")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ What llama.cpp's converter writes (gguf-py's constants, llama-vocab.cpp reads th
   merges       array[string]   BPE only: "a b", in rank order
   bos/eos/unknown_token_id, add_bos_token, add_eos_token, add_space_prefix
 Every problem is one ModelError line naming the file and the key (and the index, for an entry).
+As llama.cpp's loader does, a token whose text is one of CONTROL_TEXTS (end-of-turn, end-of-text,
+fill-in-the-middle markers) is a control token whatever its token_type says: such text is read as
+text when special tokens are not parsed, and skipped by decode's skip_special_tokens.
 """
 import math
 
@@ -18,6 +21,19 @@ KEY = "tokenizer.ggml."
 # llama_token_type: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
 UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = range(7)
 MODELS = ("gpt2", "llama")
+# The texts llama-vocab.cpp's load makes end-of-generation tokens whatever the ids say ("auto-detect
+# special tokens by text"), and with the end-of-turn and fill-in-the-middle ones, control tokens.
+# (llama.cpp makes only the first it meets of each FIM kind control; all of them are here.)
+END_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+              "<｜end▁of▁sentence｜>", "[e~[")
+CONTROL_TEXTS = frozenset(END_TOKENS + (
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
+    "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+    "<|code_suffix|>", "<|suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+    "▁<MID>", "<|code_middle|>", "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"))
 
 
 class Vocab:
@@ -58,11 +74,15 @@ class Vocab:
             self.fail(f"{KEY}{name} has {len(values)} entries for {n} tokens")
         return values
 
-    def token_types(self, n):
-        types = self.per_token("token_type", n, [NORMAL] * n)
+    def token_types(self, tokens):
+        """token_type, one per token, with CONTROL_TEXTS made control."""
+        n = len(tokens)
+        types = list(self.per_token("token_type", n, [NORMAL] * n))
         if types and not UNDEFINED <= min(types) <= max(types) <= BYTE:
             bad = next(i for i, t in enumerate(types) if not UNDEFINED <= t <= BYTE)
             self.fail(f"{KEY}token_type[{bad}] is {types[bad]}, not a llama_token_type (0..6)")
+        for i in (i for i, t in enumerate(tokens) if t in CONTROL_TEXTS):
+            types[i] = CONTROL
         return types
 
     def scores(self, n):

@@ -161,6 +161,33 @@ def nonfinite_scale(w):
     return tuple(int(i) for i in np.unravel_index(np.argmax(bad), bad.shape))
 
 
+# The exponent bits of each float type, all ones for an inf or a NaN (compared as integers: no copy
+# in float32 of a bf16 or f16 tensor is made to find them)
+_EXPONENT = {np.dtype(np.float32): (np.uint32, 0x7F800000), np.dtype(np.float16): (np.uint16, 0x7C00),
+             BF16: (np.uint16, 0x7F80)}
+
+
+def nonfinite_count(w, chunk=1 << 22):
+    """How many of a stored array's numbers are NaN or infinite: its weights for f32, f16 and bf16,
+    its blocks with such a scale for the block types (their quants are integers). `chunk`
+    elements at a time, so a large tensor costs no large temporary."""
+    flat = w.reshape(-1)
+    if w.dtype in _EXPONENT:
+        uint, mask = _EXPONENT[w.dtype]
+        bits = flat.view(uint)
+        return sum(int(np.count_nonzero((bits[i:i + chunk] & mask) == mask)) for i in range(0, len(bits), chunk))
+    total = 0
+    for i in range(0, len(flat), chunk):
+        bad = None
+        for field in SCALES.get(w.dtype, ()):
+            part = flat[i:i + chunk][field]
+            uint, mask = _EXPONENT[part.dtype]
+            hit = (part.view(uint) & mask) == mask
+            bad = hit if bad is None else bad | hit
+        total += 0 if bad is None else int(np.count_nonzero(bad))
+    return total
+
+
 def quantize(w, name):
     """The matrix w [m, k] stored as type `name` (WRITES). Block types need k a multiple of their
     block (32, or 256 for the K-quants). w may already be of

@@ -152,6 +152,7 @@ class SentencePieceTokenizer:
         self.special_ids = set(np.flatnonzero((kinds == CONTROL) | (kinds == UNKNOWN)).tolist())
         self.added = {tokens[i]: i for i in np.flatnonzero(np.isin(kinds, SPECIAL_TYPES)).tolist()}
         self.specials = _Specials(self.added.items())
+        self.plain_specials = _Specials((t, i) for t, i in self.added.items() if i not in self.special_ids)
         self.byte_ids = self._byte_tokens(where)                 # [256] byte -> id, or None
         self._bytes_cache = {}                                   # id -> bytes
 
@@ -161,7 +162,7 @@ class SentencePieceTokenizer:
         v = Vocab(meta, where)
         tokens = v.tokens()
         n = len(tokens)
-        types, scores = v.token_types(n), v.scores(n)
+        types, scores = v.token_types(tokens), v.scores(n)
 
         def default(i):          # llama.cpp's SPM defaults for BOS and EOS, where they name a token
             return i if i < n else -1
@@ -190,8 +191,10 @@ class SentencePieceTokenizer:
 
     # --- encoding ---
 
-    def encode(self, text, add_special_tokens=True):
-        """Text -> token ids; add_special_tokens puts BOS/EOS as the file says."""
+    def encode(self, text, add_special_tokens=True, split_special_tokens=False):
+        """Text -> token ids; add_special_tokens puts BOS/EOS as the file says. split_special_tokens
+        (llama.cpp's parse_special=false) reads the text of a control or unknown token as plain
+        text; user-defined tokens still match, as llama.cpp's partition keeps them."""
         if not isinstance(text, str):
             raise UsageError(f"encode takes text (str), got {type(text).__name__}")
         try:
@@ -200,7 +203,7 @@ class SentencePieceTokenizer:
             bad = f"U+{ord(e.object[e.start]):04X}"
             raise UsageError(f"text contains {bad}, a lone surrogate that UTF-8 cannot encode") from None
         ids, after_special = [], True
-        for piece, token in self.specials.split(text):
+        for piece, token in (self.plain_specials if split_special_tokens else self.specials).split(text):
             if token is not None:
                 ids.append(token)
                 after_special = True

@@ -156,6 +156,9 @@ class Tokenizer:
                    unk is not None or not self.decoder.byte_level)
         self.raw_added = _AddedTokens([e for e in entries if not e.get("normalized")], None)
         self.norm_added = _AddedTokens([e for e in entries if e.get("normalized")], self.normalize)
+        plain = [e for e in entries if not e.get("special")]     # split_special_tokens keeps only these
+        self.plain_added = (_AddedTokens([e for e in plain if not e.get("normalized")], None),
+                            _AddedTokens([e for e in plain if e.get("normalized")], self.normalize))
         self.added = {e["content"]: e["id"] for e in entries}
         self.special_ids = {e["id"] for e in entries if e.get("special")}
 
@@ -222,7 +225,7 @@ class Tokenizer:
         if pre not in GGUF_PRE:
             v.fail(f"{KEY}pre {_quote(pre)} not supported (supported: {', '.join(GGUF_PRE)})")
         tokens = v.tokens()
-        types = v.token_types(len(tokens))
+        types = v.token_types(tokens)
         vocab, added = {}, []
         for i, (text, kind) in enumerate(zip(tokens, types)):
             if kind == UNUSED:
@@ -282,12 +285,14 @@ class Tokenizer:
 
     # --- encoding ---
 
-    def encode(self, text, add_special_tokens=True):
-        """Text -> token ids; add_special_tokens puts BOS/EOS as the post-processor says."""
+    def encode(self, text, add_special_tokens=True, split_special_tokens=False):
+        """Text -> token ids; add_special_tokens puts BOS/EOS as the post-processor says.
+        split_special_tokens (transformers' name; llama.cpp's parse_special=false) reads the text
+        of a special token as plain text; added tokens that are not special still match."""
         if not isinstance(text, str):
             raise UsageError(f"encode takes text (str), got {type(text).__name__}")
         try:
-            ids = self._encode(text)
+            ids = self._encode(text, *(self.plain_added if split_special_tokens else (self.raw_added, self.norm_added)))
         except UnicodeEncodeError as e:
             bad = f"U+{ord(e.object[e.start]):04X}"
             raise UsageError(f"text contains {bad}, a lone surrogate that UTF-8 cannot encode") from None
@@ -295,15 +300,15 @@ class Tokenizer:
             ids = self.prefix_ids + ids + self.suffix_ids
         return ids
 
-    def _encode(self, text):
+    def _encode(self, text, raw_added, norm_added):
         ids = []
-        for piece, token in self.raw_added.split(text):
+        for piece, token in raw_added.split(text):
             if token is not None:
                 ids.append(token)
                 continue
             if self.normalize:
                 piece = self.normalize(piece)
-            for sub, sub_token in self.norm_added.split(piece):
+            for sub, sub_token in norm_added.split(piece):
                 if sub_token is not None:
                     ids.append(sub_token)
                 else:

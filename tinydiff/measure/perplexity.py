@@ -8,10 +8,9 @@ protocol (tools/perplexity/perplexity.cpp, its perplexity() and kl_divergence())
   - the text is tokenized once, whole, with the vocabulary's BOS in front where it adds one (never
     an EOS: llama.cpp asserts the vocabulary adds none). The CLI drops one trailing newline first,
     as llama.cpp's -f does.
-  - llama.cpp reads the text of a special token in the file (<|endoftext|> between stories) as
-    plain text (common_tokenize with parse_special false); tinydiff's tokenizers have no such
-    switch and read it as the token, so there the figures differ: special_tokens_in finds them,
-    and the command says so.
+  - the text of a special (control) token in the file, <|endoftext|> between stories, is read as
+    plain text, as llama.cpp's common_tokenize with parse_special false reads it
+    (split_special_tokens); user-defined added tokens still match.
   - it must give at least 2 n_ctx tokens. The chunks are the first floor(tokens / n_ctx) runs of
     n_ctx consecutive tokens, at most `chunks` of them (-1: all); the tokens after the last are
     not read.
@@ -70,14 +69,8 @@ def adds_bos(tokenizer):
 
 def tokenize(tokenizer, text):
     """The whole text's ids, BOS first where the vocabulary adds one, no EOS."""
-    ids = tokenizer.encode(text, add_special_tokens=False)
+    ids = tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
     return [tokenizer.bos_id] + ids if adds_bos(tokenizer) else ids
-
-
-def special_tokens_in(tokenizer, tokens, bos):
-    """The special (control) tokens the text itself gave (the BOS tokenize put first aside)."""
-    special = getattr(tokenizer, "special_ids", set())
-    return [t for t in tokens[1 if bos else 0:] if t in special]
 
 
 @dataclasses.dataclass
