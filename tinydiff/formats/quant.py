@@ -147,24 +147,34 @@ def bytes_per_weight(w):
     return w.itemsize / (block_size(w) * (GROUP if is_interleaved(w) else 1))
 
 
-def nonfinite_scale(w):
-    """The index of w's first block whose float scales (d, and dmin or m where it has them) are NaN
-    or infinite, as a tuple, or None. Vectorised over the fields: one pass over each."""
-    bad = None
-    for field in SCALES.get(w.dtype, ()):
-        v = w[field]
-        bits, mask = (v.view(np.uint16), 0x7C00) if v.dtype == np.float16 else (v.view(np.uint32), 0x7F800000)
-        hit = (bits & mask) == mask                                   # exponent all ones: inf or NaN
-        bad = hit if bad is None else bad | hit
-    if bad is None or not bad.any():
-        return None
-    return tuple(int(i) for i in np.unravel_index(np.argmax(bad), bad.shape))
-
-
 # The exponent bits of each float type, all ones for an inf or a NaN (compared as integers: no copy
 # in float32 of a bf16 or f16 tensor is made to find them)
 _EXPONENT = {np.dtype(np.float32): (np.uint32, 0x7F800000), np.dtype(np.float16): (np.uint16, 0x7C00),
              BF16: (np.uint16, 0x7F80)}
+
+
+def _nonfinite(v):
+    """v's numbers that are NaN or infinite, as a bool array (v f32, f16 or bf16)."""
+    uint, mask = _EXPONENT[v.dtype]
+    return (v.view(uint) & mask) == mask
+
+
+def _bad_scales(w):
+    """Per block of w, whether its float scales (d, and dmin or m where it has them) hold a NaN or
+    an inf; None for a type without scales. Vectorised over the fields: one pass over each."""
+    bad = None
+    for field in SCALES.get(w.dtype, ()):
+        hit = _nonfinite(w[field])
+        bad = hit if bad is None else bad | hit
+    return bad
+
+
+def nonfinite_scale(w):
+    """The index of w's first block whose float scales are NaN or infinite, as a tuple, or None."""
+    bad = _bad_scales(w)
+    if bad is None or not bad.any():
+        return None
+    return tuple(int(i) for i in np.unravel_index(np.argmax(bad), bad.shape))
 
 
 def nonfinite_count(w, chunk=1 << 22):
@@ -172,18 +182,9 @@ def nonfinite_count(w, chunk=1 << 22):
     its blocks with such a scale for the block types (their quants are integers). `chunk`
     elements at a time, so a large tensor costs no large temporary."""
     flat = w.reshape(-1)
-    if w.dtype in _EXPONENT:
-        uint, mask = _EXPONENT[w.dtype]
-        bits = flat.view(uint)
-        return sum(int(np.count_nonzero((bits[i:i + chunk] & mask) == mask)) for i in range(0, len(bits), chunk))
     total = 0
     for i in range(0, len(flat), chunk):
-        bad = None
-        for field in SCALES.get(w.dtype, ()):
-            part = flat[i:i + chunk][field]
-            uint, mask = _EXPONENT[part.dtype]
-            hit = (part.view(uint) & mask) == mask
-            bad = hit if bad is None else bad | hit
+        bad = _nonfinite(flat[i:i + chunk]) if w.dtype in _EXPONENT else _bad_scales(flat[i:i + chunk])
         total += 0 if bad is None else int(np.count_nonzero(bad))
     return total
 
