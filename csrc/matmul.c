@@ -54,6 +54,15 @@
 #include <stdlib.h>
 #include "quant.h"
 
+static int td_batch_invariant = 1;
+
+int td_set_batch_invariant(int on)
+{
+    const int was = td_batch_invariant;
+    td_batch_invariant = on != 0;
+    return was;
+}
+
 #define KC 256 /* k per packed panel */
 #define ROWS_PER_TASK 16
 #define GEMM_16BIT_MIN_ROWS 4 /* f16 / bf16: the tiles widen a weight row once per x row, the GEMM once */
@@ -123,7 +132,19 @@ static struct ahead weights_ahead(const struct mm *a, int64_t j0, int64_t rows, 
 
 struct mm_kernels {
     td_range_fn rows, gemm;
+    td_range_fn lanes, pack_x; /* the lane GEMM (matmul_isa.h) and its packing of x */
     int mr, nr; /* gemm register tile: MR x rows by NR output columns */
+};
+
+/* the lane GEMM of nw f32 weights of one x: their (panel, x chunk) items laid end to end and
+   shared out as nbuf job tasks, task b packing its panels into buffer b */
+struct lanes {
+    struct mm a[TD_MATMULS_MAX];
+    int64_t first[TD_MATMULS_MAX + 1]; /* weight j's items: [first[j], first[j+1]) */
+    int64_t items, nbuf;
+    float *xp;                         /* x packed by tiles, tile at row i from xp + i * k */
+    float *wp;                         /* [nbuf][panel_floats] */
+    int64_t panel_floats;              /* k * NR */
 };
 
 /* one number of a weight row, as f32 */
@@ -364,7 +385,7 @@ static int int8_gemm(enum td_type type, int64_t n)
         return 0;
     if (type == TD_Q8_0X8 || type == TD_Q4_0X8)
         return n >= GEMM_X8_MIN_ROWS;
-    return n >= GEMM_Q8_MIN_ROWS && (type == TD_Q8_0 || type == TD_Q4_0);
+    return !td_batch_invariant && n >= GEMM_Q8_MIN_ROWS && (type == TD_Q8_0 || type == TD_Q4_0);
 #else
     (void)type, (void)n;
     return 0;
@@ -386,6 +407,8 @@ static int f32_gemm(enum td_type type, int64_t n)
 {
     if (type == TD_F32P || type == TD_F16P || type == TD_BF16P) /* only the GEMM reads them */
         return 1;
+    if (td_batch_invariant)
+        return 0;
     if (type == TD_F16 || type == TD_BF16)
         return n >= GEMM_16BIT_MIN_ROWS;
     return n >= td_gemm_min_rows() && (type == TD_F32 || td_type_traits(type)->rows == 1);
@@ -432,6 +455,44 @@ static int f32_gemms(enum td_type type, const float *x, int64_t n, int64_t k, in
     return 0;
 }
 
+/* the lane GEMM: f32 weights from td_gemm_min_rows() x rows, when batch invariant */
+static int lane_gemm(enum td_type type, int64_t n)
+{
+    return td_batch_invariant && type == TD_F32 && n >= td_gemm_min_rows();
+}
+
+/* ys[j] (+)= x @ ws[j]^T for nw f32 weights by the lane GEMM, each output summed as the few-rows
+   tiles sum it; 0, or -1 out of scratch memory */
+static int lane_gemms(const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys, const int64_t *ms,
+                      int acc)
+{
+    const struct mm_kernels *kern = TD_PICK(matmul_kernels);
+    struct lanes g = {.panel_floats = k * kern->nr};
+    for (int64_t j = 0; j < nw; j++) {
+        g.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1,
+                             .type = TD_F32, .acc = acc};
+        g.first[j + 1] = g.first[j] + plan_gemm(kern, &g.a[j]);
+    }
+    g.items = g.first[nw];
+    double flops = 0.0;
+    for (int64_t j = 0; j < nw; j++)
+        flops += 2.0 * n * k * ms[j];
+    g.nbuf = g.items < td_get_threads() ? g.items : td_get_threads();
+    const int64_t full = n / kern->mr, tiles = full + (n - full * kern->mr + 3) / 4; /* MR_REST is 4 */
+    const int64_t xp_floats = (full * kern->mr + (tiles - full) * 4) * k;
+    td_pool_enter();
+    float *scratch = td_scratch(4 * (xp_floats + g.nbuf * g.panel_floats));
+    if (!scratch) {
+        td_pool_leave();
+        return -1;
+    }
+    g.xp = scratch, g.wp = scratch + xp_floats;
+    td_parallel_run(kern->pack_x, &g, tiles, 2.0 * kern->mr * k);
+    td_parallel_run(kern->lanes, &g, g.nbuf, flops / (double)g.nbuf);
+    td_pool_leave();
+    return 0;
+}
+
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m)
 {
     struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .type = TD_F32};
@@ -441,7 +502,9 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
         memset(y, 0, sizeof(float) * n * m);
         return;
     }
-    if (n < td_gemm_min_rows())
+    if (lane_gemm(TD_F32, n) && !lane_gemms(x, n, k, 1, (void **)&w, &y, &m, 0))
+        return;
+    if (!f32_gemm(TD_F32, n)) /* (also where the lane GEMM had no memory: the same numbers) */
         td_parallel_for(TD_PICK(matmul_kernels)->rows, &a, (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK,
                         2.0 * ROWS_PER_TASK * k * n);
     else
@@ -507,6 +570,8 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
     if (n > 0 && k > 0 && int8_gemm(type, n) && !accumulate) /* one job, x quantized once */
         return td_gemm_q8_vnni(type, x, n, k, nw, ws, ys, ms);
 #endif
+    if (n > 0 && k > 0 && lane_gemm(type, n) && !lane_gemms(x, n, k, nw, ws, ys, ms, accumulate))
+        return 0; /* (no memory for it: the few-rows tiles below, the same numbers) */
     if (n > 0 && k > 0 && f32_gemm(type, n) && !accumulate) /* one job, x converted once */
         return f32_gemms(type, x, n, k, nw, ws, ys, ms, 0);
     if (n == 0 || k == 0 || f32_gemm(type, n) || int8_gemm(type, n)) { /* one after the other */

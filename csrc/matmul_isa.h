@@ -72,8 +72,8 @@ TARGET TD_INLINE void ISA(dot_tile)(const float *x, const float *w, int64_t k, f
     for (int r = 0; r < rx; r++)
         for (int c = 0; c < rw; c++) {
             float t = vsum(acc[r][c]);
-            for (int64_t q = p; q < k; q++)
-                t += x[r * k + q] * w[c * k + q];
+            for (int64_t q = p; q < k; q++) /* an fma where there is one, as the lane GEMM's vector does */
+                t = PLAIN ? t + x[r * k + q] * w[c * k + q] : __builtin_fmaf(x[r * k + q], w[c * k + q], t);
             s[r * rw + c] = t;
         }
 }
@@ -306,7 +306,162 @@ TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
     }
 }
 
-static const struct mm_kernels ISA(matmul_kernels) = {.rows = ISA(matmul_rows), .gemm = ISA(matmul_gemm), .mr = MR,
+/* ---- many rows in the few-rows order: the lane GEMM ----
+
+   dot_tile sums x . w as VL chains, chain l over the numbers p = l, l + VL, ... (p < kv, the
+   multiple of VL below k), then adds the chains up by halving (vsum), then the tail p >= kv term by
+   term. Chain l is itself a dot product, of x's and w's numbers l, l + VL, ...: the lane GEMM runs
+   the GEMM's register tile over each chain in turn (x broadcast, w's columns in vectors), keeps
+   the VL tiles of chain sums, halves them as vsum does, then adds the tail. Every output gets the
+   same operations in the same order as in dot_tile, vectorised across its row of outputs instead of
+   along k, so a row's result does not depend on the path, nor on the rows beside it. x and w are
+   packed chain by chain (pack_x_lanes, pack_w_lanes): a chain's numbers consecutive. */
+
+/* xp = x rows i..i+mr (rows past n zero) as chains: xp[(l * nq + q) * mr + r] = x[i + r][q * VL + l],
+   then the tail: xp[(nq * VL + t) * mr + r] = x[i + r][nq * VL + t] */
+TARGET TD_INLINE void ISA(pack_x_lanes)(const float *x, int64_t k, int64_t rows, float *xp, const int mr)
+{
+    const int64_t nq = k / VL, kv = nq * VL;
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + r * k;
+        for (int64_t q = 0; q < nq; q++)
+            for (int l = 0; l < VL; l++)
+                xp[(l * nq + q) * mr + r] = row[q * VL + l];
+        for (int64_t p = kv; p < k; p++)
+            xp[p * mr + r] = row[p];
+    }
+    for (int r = rows; r < mr; r++) /* rows past n: zeros */
+        for (int64_t p = 0; p < k; p++)
+            xp[p * mr + r] = 0.0f;
+}
+
+/* wp = weight rows j..j+cols (k apart; zero past cols) as chains, NR columns a number:
+   wp[(l * nq + q) * NR + c] = w[c][q * VL + l], then the tail wp[(nq * VL + t) * NR + c] */
+TARGET TD_INLINE void ISA(pack_w_lanes)(const float *w, int64_t k, int64_t cols, float *wp)
+{
+    const int64_t nq = k / VL, kv = nq * VL;
+#if (VL == 8 || VL == 16) && defined(__x86_64__)
+    for (int64_t q = 0; q < nq; q++) /* VL rows by VL numbers at a time, transposed in registers */
+        for (int64_t half = 0; half < NR; half += VL) {
+            VEC r[VL];
+            for (int64_t c = 0; c < VL; c++)
+                r[c] = half + c < cols ? vload(w + (half + c) * k + q * VL) : (VEC){0};
+#if VL == 16
+            transpose16((__m512 *)r);
+#else
+            transpose8((__m256 *)r);
+#endif
+            for (int l = 0; l < VL; l++)
+                vstore(wp + (l * nq + q) * NR + half, r[l]);
+        }
+#else
+    for (int64_t c = 0; c < NR; c++)
+        for (int64_t q = 0; q < nq; q++)
+            for (int l = 0; l < VL; l++)
+                wp[(l * nq + q) * NR + c] = c < cols ? w[c * k + q * VL + l] : 0.0f;
+#endif
+    for (int64_t c = 0; c < NR; c++)
+        for (int64_t p = kv; p < k; p++)
+            wp[p * NR + c] = c < cols ? w[c * k + p] : 0.0f;
+}
+
+/* y[0:rows, 0:cols] (+)= the products of mr packed x rows by a packed panel, in dot_tile's order:
+   the tile's sums chain by chain (in registers), kept in s; s halved as vsum halves a vector; the
+   tail added term by term. mr is a constant after inlining. */
+TARGET TD_INLINE void ISA(lane_tile)(const float *xp, const float *wp, int64_t k, float *y, int64_t ldy, int add,
+                                     int64_t rows, int64_t cols, const int mr)
+{
+    VEC s[VL / 2][MR][2]; /* [chain][x row][column vector] the chain sums, chain l + VL / 2 added to l */
+    const int64_t nq = k / VL, kv = nq * VL;
+    for (int l = 0; l < VL; l++) {
+        VEC acc[MR][2];
+        for (int r = 0; r < mr; r++)
+            acc[r][0] = acc[r][1] = (VEC){0};
+        const float *xl = xp + l * nq * mr, *wl = wp + l * nq * NR;
+        for (int64_t q = 0; q < nq; q++) {
+            VEC b0 = vload(wl + q * NR), b1 = vload(wl + q * NR + VL);
+            for (int r = 0; r < mr; r++) {
+                float xv = xl[q * mr + r];
+                acc[r][0] += xv * b0;
+                acc[r][1] += xv * b1;
+            }
+        }
+        for (int r = 0; r < mr && l < VL / 2; r++)
+            s[l][r][0] = acc[r][0], s[l][r][1] = acc[r][1];
+        for (int r = 0; r < mr && l >= VL / 2; r++) /* vsum's first halving */
+            s[l - VL / 2][r][0] += acc[r][0], s[l - VL / 2][r][1] += acc[r][1];
+    }
+    for (int half = VL / 4; half >= 1; half /= 2) /* vsum's others: lane l and lane l + half, down to one */
+        for (int l = 0; l < half; l++)
+            for (int r = 0; r < mr; r++)
+                s[l][r][0] += s[l + half][r][0], s[l][r][1] += s[l + half][r][1];
+    for (int64_t p = kv; p < k; p++) { /* the tail, term by term */
+        VEC b0 = vload(wp + p * NR), b1 = vload(wp + p * NR + VL);
+        for (int r = 0; r < mr; r++) {
+            float xv = xp[p * mr + r];
+            s[0][r][0] += xv * b0;
+            s[0][r][1] += xv * b1;
+        }
+    }
+    for (int64_t r = 0; r < rows && cols == NR; r++) {
+        float *yr = y + r * ldy;
+        vstore(yr, add ? vload(yr) + s[0][r][0] : s[0][r][0]);
+        vstore(yr + VL, add ? vload(yr + VL) + s[0][r][1] : s[0][r][1]);
+    }
+    for (int64_t r = 0; r < rows && cols < NR; r++) { /* a panel cut by the matrix edge */
+        float t[NR], *yr = y + r * ldy;
+        vstore(t, s[0][r][0]);
+        vstore(t + VL, s[0][r][1]);
+        for (int64_t c = 0; c < cols; c++)
+            yr[c] = add ? yr[c] + t[c] : t[c];
+    }
+}
+
+/* job task b of the lane GEMM: items [b * items / nbuf, (b + 1) * items / nbuf) of the weights'
+   (panel, x chunk) items laid end to end, with panel buffer b (matmul.c, struct lanes) */
+TARGET static void ISA(lane_gemm)(void *ctx, int64_t b, int64_t e)
+{
+    const struct lanes *g = ctx;
+    for (; b < e; b++) {
+        float *wp = g->wp + b * g->panel_floats;
+        const struct mm *packed = NULL;
+        int64_t packed_j0 = -1;
+        for (int64_t it = b * g->items / g->nbuf; it < (b + 1) * g->items / g->nbuf; it++) {
+            int64_t j = 0;
+            while (g->first[j + 1] <= it)
+                j++;
+            const struct mm *a = &g->a[j];
+            const int64_t t = it - g->first[j], k = a->k, m = a->m;
+            const int64_t j0 = t / a->nchunks * NR, cols = m - j0 < NR ? m - j0 : NR;
+            const int64_t i0 = t % a->nchunks * a->chunk, i1 = i0 + a->chunk < a->n ? i0 + a->chunk : a->n;
+            if (packed != a || packed_j0 != j0)
+                ISA(pack_w_lanes)((const float *)a->w + j0 * k, k, cols, wp), packed = a, packed_j0 = j0;
+            int64_t i = i0;
+            for (; i + MR <= i1; i += MR)
+                ISA(lane_tile)(g->xp + i * k, wp, k, a->y + i * m + j0, m, a->acc, MR, cols, MR);
+            for (; i < i1; i += MR_REST)
+                ISA(lane_tile)(g->xp + i * k, wp, k, a->y + i * m + j0, m, a->acc, i1 - i < MR_REST ? i1 - i : MR_REST,
+                               cols, MR_REST);
+        }
+    }
+}
+
+/* tasks [b, e) = x tiles: x packed for lane_tile (matmul.c, struct lanes) */
+TARGET static void ISA(lane_pack_x)(void *ctx, int64_t b, int64_t e)
+{
+    const struct lanes *g = ctx;
+    const int64_t n = g->a[0].n, k = g->a[0].k, full = n / MR;
+    for (int64_t t = b; t < e; t++) {
+        const int64_t i = t < full ? t * MR : full * MR + (t - full) * MR_REST;
+        if (t < full)
+            ISA(pack_x_lanes)(g->a[0].x + i * k, k, MR, g->xp + i * k, MR);
+        else
+            ISA(pack_x_lanes)(g->a[0].x + i * k, k, n - i < MR_REST ? n - i : MR_REST, g->xp + i * k, MR_REST);
+    }
+}
+
+static const struct mm_kernels ISA(matmul_kernels) = {.rows = ISA(matmul_rows), .gemm = ISA(matmul_gemm),
+                                                       .lanes = ISA(lane_gemm), .pack_x = ISA(lane_pack_x), .mr = MR,
                                                        .nr = NR};
 
 #undef FIRST_TILE_AHEAD

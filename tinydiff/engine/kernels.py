@@ -250,6 +250,14 @@ def gemm_min_rows():
     return lib.td_gemm_min_rows()
 
 
+def set_batch_invariant(on):
+    """on (the default): every matmul computes a row of its product the same way whatever the
+    rows beside it, so a request's answer does not depend on the batch it runs in; off: the GEMMs
+    whose summation order differs from the few-rows kernels' take many rows (faster prefill).
+    Returns the setting it replaces."""
+    return bool(lib.td_set_batch_invariant(int(bool(on))))
+
+
 def interleaved(w, panels=False):
     """w as the matmul reads it fastest on this CPU (a copy, made once at load, or w itself): a
     Q8_0 or Q4_0 matrix with rows in eights repacked into Q8_0X8 or Q4_0X8 where the SIMD path's
