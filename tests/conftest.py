@@ -26,3 +26,11 @@ def threads():
     n = K.get_threads()
     yield
     K.set_threads(n)
+
+
+@pytest.fixture
+def batch_variant():
+    """Run the test with batch invariance off (the GEMMs that sum in their own order), then on again."""
+    K.set_batch_invariant(False)
+    yield
+    K.set_batch_invariant(True)

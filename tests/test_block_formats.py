@@ -355,8 +355,8 @@ def test_vec_dot_is_its_integer_arithmetic(level, name, nb, m, n, seed):
 
 
 @pytest.mark.parametrize("name", FORMATS)
-def test_many_rows_are_the_f32_gemm_of_the_widened_weights(level, name):
-    """From gemm_min_rows() x rows the f32 GEMM runs, on x quantized and widened back and the weights
+def test_many_rows_are_the_f32_gemm_of_the_widened_weights(level, batch_variant, name):
+    """Batch invariance off, from gemm_min_rows() x rows the f32 GEMM runs, on x quantized and widened back and the weights
     widened by to_float in its panels: bit for bit the f32 GEMM of those numbers (k across a 256-number
     panel, m across 32-row panels), within the activation error of x @ dequantize(w)."""
     n, k, m = K.gemm_min_rows() + 7, 768, 71

@@ -98,22 +98,29 @@ K._set_simd({level!r})
 x = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
 w = {{"f32": np.ones((2048, 4096), np.float32), "q8_0": quant.quantize(np.ones((64, 4096), np.float32), "q8_0")}}
 y = np.full((4096, 2048), 7.0, np.float32)
+y2 = y.copy()
 K.matmul(x[:20], w["q8_0"])                      # the pool and its threads are up
 fields = open("/proc/self/status").read().split("VmSize:")[1].split()
 resource.setrlimit(resource.RLIMIT_AS, (int(fields[0]) * 1024 + (8 << 20),) * 2)  # 8 MiB more, no more
 for name, out in (("f32", y), ("q8_0", y[:, :64].copy())):
+    K.set_batch_invariant(name != "f32")          # f32 many rows: the GEMM's temporary (invariant: none)
     try:
         K.matmul(x, w[name], out=out, residual=True)  # a 32 MiB temporary, or 22-85 MiB of scratch
     except MemoryError as e:
         assert out.min() == out.max() == 7.0, name + ": out was written"  # (no 8 MiB mask)
         print(name, "MemoryError:", e)
+K.set_batch_invariant(True)                       # the lane GEMM's 64 MiB of scratch: the tiles instead
+K.matmul(x, w["f32"], out=y2, residual=True)
+print("f32-invariant", y2[5, 7] == np.float32(7.0) + K.matmul(x[5], w["f32"][:8])[7])
 """
 
 
 @pytest.mark.parametrize("level_", K.SIMD_LEVELS[1:])
 def test_out_of_memory_raises_and_leaves_out_untouched(level_):
-    """With the address space capped: matmul's accumulate temporary (f32) and its x scratch (Q8_0)
-    cannot be had; each call raises MemoryError with one line and leaves out as it was."""
+    """With the address space capped: matmul's accumulate temporary (f32, batch invariance off) and
+    its x scratch (Q8_0) cannot be had; each call raises MemoryError with one line and leaves out as
+    it was. Invariant, the f32 lane GEMM's scratch cannot be had either: the tiles, which need none,
+    give the same numbers instead."""
     if level_ not in K.SIMD_LEVELS[: K.SIMD_LEVELS.index(K.simd()) + 1]:
         pytest.skip(f"no {level_} on this CPU")
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(OUT_OF_MEMORY.format(level=level_))],
@@ -121,5 +128,6 @@ def test_out_of_memory_raises_and_leaves_out_untouched(level_):
                          cwd=os.path.dirname(__file__))  # so the child imports the installed package
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["f32", "q8_0"], run.stdout
+    assert [line.split()[0] for line in lines] == ["f32", "q8_0", "f32-invariant"], run.stdout
+    assert lines[2] == "f32-invariant True"
     assert "products added to out" in lines[0] and "matmul: no memory for x [4096,4096]" in lines[1]

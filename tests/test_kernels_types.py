@@ -136,8 +136,8 @@ def test_gemm_panels_packed_in_registers_as_row_by_row(level, name, n):
 
 @pytest.mark.parametrize("name", ["f16", "bf16"])
 @pytest.mark.parametrize("n,k", [(33, 7), (40, 256), (47, 300), (64, 520)])   # the f32 GEMM's rows
-def test_gemm_of_16bit_weights_is_the_f32_gemm_of_them_widened(level, name, n, k):
-    """f16 and bf16 widen to f32 exactly, so their GEMM (the AVX2 one widens inside its panel
+def test_gemm_of_16bit_weights_is_the_f32_gemm_of_them_widened(level, batch_variant, name, n, k):
+    """Batch invariance off (the GEMMs of many rows), f16 and bf16 widen to f32 exactly, so their GEMM (the AVX2 one widens inside its panel
     transpose, matmul.c) is the f32 GEMM of the widened weights, bit for bit, at any k and m."""
     x, q = data(12, n, k), quant.quantize(data(13, 75, k), name)
     np.testing.assert_array_equal(K.matmul(x, q), K.matmul(x_as_seen(x, name), quant.dequantize(q)))
@@ -346,12 +346,12 @@ def test_panels_are_their_rows_moved():
 
 @pytest.mark.parametrize("name", PANELED)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 13, 40, 68])
-def test_panels_give_the_f32_gemm_of_their_numbers_bit_for_bit(level, name, n):
+def test_panels_give_the_f32_gemm_of_their_numbers_bit_for_bit(level, batch_variant, name, n):
     """Only the GEMM reads panels, at any number of x rows, x as it is (bf16 panels too: no
     vdpbf16ps path to agree with), and it gives what it gives for their numbers as f32 rows (which
     it packs into panels on every call), to the bit: the same products summed in the same order.
-    The rows' GEMM is run among enough rows to take it (a row's result does not depend on its
-    company there). k: less than a k chunk, one, and across chunks; m: three panels, several
+    The rows' GEMM (batch invariance off: invariant, many f32 rows sum in the few-rows order
+    instead) is run among enough rows to take it (a row's result does not depend on its company there). k: less than a k chunk, one, and across chunks; m: three panels, several
     register tiles wide on AVX2, NEON and plain C. Added to out as a residual too."""
     for k in (7, 256, 300, 520):
         x, q = data(n, n, k), quant.quantize(data(n + 1, 96, k), name)
