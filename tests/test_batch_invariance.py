@@ -152,3 +152,18 @@ def test_a_diffusion_group_of_any_size_gives_each_prompt_its_own_answer(name):
     solo = [model.denoise(p, 16, steps=8) for p in prompts]
     assert model.denoise(prompts[:3], 16, steps=8) == solo[:3]
     assert model.denoise(prompts, 16, steps=8) == solo
+
+
+def test_the_flag_turns_it_off_for_the_run_and_a_run_without_it_on_again(capsys):
+    """--no-batch-invariant on generate and bench switches the GEMMs back on (set_batch_invariant
+    then reports it was off); a run without it is invariant again; info does not take it."""
+    from tinydiff.cli import main
+    assert main(["generate", "-m", "stories5m-ar", "-p", "Once", "-n", "2", "--temp", "0", "--no-batch-invariant"]) == 0
+    assert K.set_batch_invariant(False) is False
+    assert main(["generate", "-m", "stories5m-ar", "-p", "Once", "-n", "2", "--temp", "0"]) == 0
+    assert K.set_batch_invariant(True) is True
+    assert main(["bench", "-m", "stories5m-ar", "-p", "8", "-n", "2", "-r", "1", "--no-roofline",
+                 "--no-batch-invariant"]) == 0
+    assert K.set_batch_invariant(True) is False
+    assert main(["info", "-m", "stories5m-ar", "--no-batch-invariant"]) == 2
+    assert "unrecognized arguments: --no-batch-invariant" in capsys.readouterr().err

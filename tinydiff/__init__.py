@@ -11,9 +11,9 @@ from .engine import cost, masks
 from .engine.ledger import Ledger
 from .errors import ModelError, TinydiffError, UsageError
 from .formats.tokenizer import Tokenizer
-from .model import Model, load, set_threads
+from .model import Model, load, set_batch_invariant, set_threads
 
-__all__ = ["load", "Model", "Chat", "Tokenizer", "Ledger", "cost", "masks", "set_threads",
+__all__ = ["load", "Model", "Chat", "Tokenizer", "Ledger", "cost", "masks", "set_threads", "set_batch_invariant",
            "TinydiffError", "UsageError", "ModelError"]
 __version__ = "0.1.0"
 

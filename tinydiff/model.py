@@ -39,6 +39,15 @@ def set_threads(threads):
     kernels.set_threads(kernels.check_threads(threads))
 
 
+def set_batch_invariant(on):
+    """on (the default): a request's logits, and so its tokens at temperature 0 or with a seed, are
+    the same bits alone, in a batch of any size, among a server's other requests or in a diffusion
+    group (every matmul sums a row the same way whatever rows come with it). off: the GEMMs that
+    sum many rows in an order of their own take over (faster prefill of f32, f16 and bf16 rows; a
+    row's bits then depend on how many rows it came with). For the whole process."""
+    kernels.set_batch_invariant(on)
+
+
 # The models that ship in weights/ (installed as tinydiff/models/), used when no model is named.
 DEFAULT_MODELS = {"ar": "stories5m-ar", "diffusion": "stories5m-mdm"}
 

@@ -13,7 +13,7 @@ from ..training.curves import add_curves_arguments, run_curves
 from ..training.evaluate import add_eval_arguments, run_eval
 from ..training.settings import add_train_arguments
 from ..training.train import run_train
-from .flags import add_decoding_args, add_diffusion_args, add_model_args
+from .flags import add_batch_invariant_arg, add_decoding_args, add_diffusion_args, add_model_args
 from .generate import cmd_chat, cmd_generate, cmd_infill, cmd_serve
 from .perplexity import add_perplexity_arguments, cmd_perplexity
 from .tools import (
@@ -118,6 +118,7 @@ def _bench(sub):
                         "(e.g. 1,2,4,8,16; tg alone always runs too)")
     b.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions of each test (default 3)")
     b.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    add_batch_invariant_arg(b)
     b.add_argument("--json", action="store_true", help="print JSON instead of the table")
     b.add_argument("--no-roofline", action="store_true", help="skip the roofline measurement (no %% column)")
     b.set_defaults(run=cmd_bench)
@@ -193,7 +194,7 @@ def _models(sub):
 
 def _info(sub):
     i = sub.add_parser("info", help="architecture, parameter count and weight bytes per dtype")
-    add_model_args(i)
+    add_model_args(i, runs=False)
     i.add_argument("--check-tensors", action="store_true",
                    help="first read every tensor and name each that holds a NaN or an inf (llama.cpp's "
                         "--check-tensors); exit 1 if any does")

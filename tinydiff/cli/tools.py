@@ -34,6 +34,7 @@ from ..model import (
     default_model_path,
     load,
     model_path,
+    set_batch_invariant,
     set_threads,
     shipped_models,
 )
@@ -42,6 +43,7 @@ from .flags import diffusion_options, load_model, model_location
 
 
 def cmd_bench(args):
+    set_batch_invariant(not args.no_batch_invariant)
     if args.threads is not None:
         set_threads(args.threads)
     if args.repetitions < 1:
