@@ -23,8 +23,6 @@ __attribute__((constructor)) static void td_detect_simd(void)
     int bw_vl = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     if (td_simd_max == TD_SIMD_AVX512 && bw_vl && __builtin_cpu_supports("avx512vnni"))
         td_simd_ext |= TD_EXT_VNNI;
-    if (td_simd_max == TD_SIMD_AVX512 && bw_vl && __builtin_cpu_supports("avx512bf16"))
-        td_simd_ext |= TD_EXT_BF16;
 #elif defined(__aarch64__)
     td_simd_max = TD_SIMD_NEON; /* every arm64 CPU has it */
 #if defined(__linux__) && defined(HWCAP_ASIMDDP)

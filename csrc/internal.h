@@ -19,7 +19,6 @@
 #define TD_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 /* the AVX-512 kernels that need an extension (td_simd_ext says whether the CPU has it) */
 #define TD_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define TD_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 #endif
 
 enum { TD_SIMD_C = 0, TD_SIMD_AVX2 = 1, TD_SIMD_AVX512 = 2 }; /* x86-64 */

@@ -455,28 +455,31 @@ static int f32_gemms(enum td_type type, const float *x, int64_t n, int64_t k, in
     return 0;
 }
 
-/* the lane GEMM: f32 weights from td_gemm_min_rows() x rows, when batch invariant */
+/* f32, f16 or bf16 rows: the few-rows tiles read them all (matmul_isa.h), x as it is */
+static int float_rows(enum td_type type) { return type == TD_F32 || type == TD_F16 || type == TD_BF16; }
+
+/* the lane GEMM: f32, f16 and bf16 rows from td_gemm_min_rows() x rows, when batch invariant */
 static int lane_gemm(enum td_type type, int64_t n)
 {
-    return td_batch_invariant && type == TD_F32 && n >= td_gemm_min_rows();
+    return td_batch_invariant && float_rows(type) && n >= td_gemm_min_rows();
 }
 
-/* ys[j] (+)= x @ ws[j]^T for nw f32 weights by the lane GEMM, each output summed as the few-rows
-   tiles sum it; 0, or -1 out of scratch memory */
-static int lane_gemms(const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys, const int64_t *ms,
-                      int acc)
+/* ys[j] (+)= x @ ws[j]^T for nw weights of one of the float_rows types by the lane GEMM, each
+   output summed as the few-rows tiles sum it; 0, or -1 out of scratch memory */
+static int lane_gemms(enum td_type type, const float *x, int64_t n, int64_t k, int64_t nw, void **ws, float **ys,
+                      const int64_t *ms, int acc)
 {
     const struct mm_kernels *kern = TD_PICK(matmul_kernels);
     struct lanes g = {.panel_floats = k * kern->nr};
+    double flops = 0.0;
     for (int64_t j = 0; j < nw; j++) {
-        g.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1,
-                             .type = TD_F32, .acc = acc};
+        g.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .type = type,
+                             .tt = type == TD_F32 ? NULL : td_type_traits(type),
+                             .row_bytes = (type == TD_F32 ? 4 : 2) * k, .acc = acc};
         g.first[j + 1] = g.first[j] + plan_gemm(kern, &g.a[j]);
+        flops += 2.0 * n * k * ms[j];
     }
     g.items = g.first[nw];
-    double flops = 0.0;
-    for (int64_t j = 0; j < nw; j++)
-        flops += 2.0 * n * k * ms[j];
     g.nbuf = g.items < td_get_threads() ? g.items : td_get_threads();
     const int64_t full = n / kern->mr, tiles = full + (n - full * kern->mr + 3) / 4; /* MR_REST is 4 */
     const int64_t xp_floats = (full * kern->mr + (tiles - full) * 4) * k;
@@ -493,6 +496,18 @@ static int lane_gemms(const float *x, int64_t n, int64_t k, int64_t nw, void **w
     return 0;
 }
 
+/* y = x @ w^T for float_rows weights (a): by the lane GEMM from its rows, else by the few-rows
+   tiles; the same numbers either way (so also where the lane GEMM has no memory) */
+static void matmul_float(const struct mm *a)
+{
+    void *w = (void *)a->w;
+    float *y = a->y;
+    if (lane_gemm(a->type, a->n) && !lane_gemms(a->type, a->x, a->n, a->k, 1, &w, &y, &a->m, 0))
+        return;
+    td_parallel_for(TD_PICK(matmul_kernels)->rows, (void *)a, (a->m + ROWS_PER_TASK - 1) / ROWS_PER_TASK,
+                    2.0 * ROWS_PER_TASK * a->k * a->n);
+}
+
 void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t k, int64_t m)
 {
     struct mm a = {.x = x, .w = w, .y = y, .n = n, .k = k, .m = m, .nchunks = 1, .type = TD_F32};
@@ -502,13 +517,10 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
         memset(y, 0, sizeof(float) * n * m);
         return;
     }
-    if (lane_gemm(TD_F32, n) && !lane_gemms(x, n, k, 1, (void **)&w, &y, &m, 0))
-        return;
-    if (!f32_gemm(TD_F32, n)) /* (also where the lane GEMM had no memory: the same numbers) */
-        td_parallel_for(TD_PICK(matmul_kernels)->rows, &a, (m + ROWS_PER_TASK - 1) / ROWS_PER_TASK,
-                        2.0 * ROWS_PER_TASK * k * n);
-    else
+    if (f32_gemm(TD_F32, n))
         f32_gemms(TD_F32, x, n, k, 1, (void **)&w, &y, &m, 0); /* (f32: no x to convert, it cannot fail) */
+    else
+        matmul_float(&a);
 }
 
 static int matmul_typed(enum td_type type, const float *x, const void *w, float *y, int64_t n, int64_t k, int64_t m)
@@ -528,6 +540,10 @@ static int matmul_typed(enum td_type type, const float *x, const void *w, float 
 #endif
     if (f32_gemm(type, n))
         return f32_gemms(type, x, n, k, 1, (void **)&w, &y, &m, 0);
+    if (float_rows(type)) {
+        matmul_float(&a);
+        return 0;
+    }
     td_pool_enter();
     if (convert_x(&a, 0)) {
         td_pool_leave();
@@ -570,7 +586,7 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
     if (n > 0 && k > 0 && int8_gemm(type, n) && !accumulate) /* one job, x quantized once */
         return td_gemm_q8_vnni(type, x, n, k, nw, ws, ys, ms);
 #endif
-    if (n > 0 && k > 0 && lane_gemm(type, n) && !lane_gemms(x, n, k, nw, ws, ys, ms, accumulate))
+    if (n > 0 && k > 0 && lane_gemm(type, n) && !lane_gemms(type, x, n, k, nw, ws, ys, ms, accumulate))
         return 0; /* (no memory for it: the few-rows tiles below, the same numbers) */
     if (n > 0 && k > 0 && f32_gemm(type, n) && !accumulate) /* one job, x converted once */
         return f32_gemms(type, x, n, k, nw, ws, ys, ms, 0);
@@ -581,7 +597,7 @@ static int matmuls_of_type(enum td_type type, const float *x, int64_t n, int64_t
         return 0;
     }
     const struct type_traits *tt = type == TD_F32 ? NULL : td_type_traits(type);
-    struct mms s = {.nw = nw, .rows = tt ? matmul_rows_typed : TD_PICK(matmul_kernels)->rows};
+    struct mms s = {.nw = nw, .rows = float_rows(type) ? TD_PICK(matmul_kernels)->rows : matmul_rows_typed};
     for (int64_t j = 0; j < nw; j++) {
         s.a[j] = (struct mm){.x = x, .w = ws[j], .y = ys[j], .n = n, .k = k, .m = ms[j], .nchunks = 1, .type = type,
                              .tt = tt, .row_bytes = tt ? k / tt->blck_size * tt->type_size : 0,

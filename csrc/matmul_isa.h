@@ -30,29 +30,51 @@
 
 /* ---- few rows: register tiles of dot products ---- */
 
-/* s[rx][rw] = x rows [rx, k] . weight rows [rw, k], each rows k apart. Every entry is summed as
-   vec_dot_f32 sums it (one vector of partial sums in k order, halved, then the tail), so it does
-   not depend on the tile it was computed in, nor on how many x rows came with it. rx and rw are
-   constants after inlining: the rx * rw sums live in registers, and each weight vector loaded
-   is used rx times, each x vector rw times. */
-TARGET TD_INLINE void ISA(dot_tile)(const float *x, const float *w, int64_t k, float *s, const int rx, const int rw,
-                                    const float *ahead)
+/* VL numbers of a weight row from number p on, as f32: f32 rows as they are, f16 and bf16 widened
+   (exactly); type is a constant after inlining */
+TARGET TD_INLINE VEC ISA(wload)(const char *row, int64_t p, const enum td_type type)
+{
+#if VL == 16 && defined(__x86_64__)
+    return (VEC)load16_avx512(row, p, type);
+#elif VL == 8 && defined(__x86_64__)
+    return (VEC)load8_avx2(row, p, type);
+#elif NEON
+    if (type == TD_F32)
+        return vload((const float *)row + p);
+    const uint16x4_t h = vld1_u16((const uint16_t *)(row + 2 * p));
+    return type == TD_BF16 ? (VEC)vreinterpretq_f32_u32(vshll_n_u16(h, 16)) : (VEC)vcvt_f32_f16(vreinterpret_f16_u16(h));
+#else
+    if (type == TD_F32)
+        return vload((const float *)row + p);
+    return (VEC){load1(row, p, type), load1(row, p + 1, type), load1(row, p + 2, type), load1(row, p + 3, type)};
+#endif
+}
+
+/* s[rx][rw] = x rows [rx, k] (k apart) . weight rows [rw, k] (ldw bytes apart, of f32, f16 or bf16:
+   widened as they are read). Every entry is summed in one order: a vector of partial sums in k
+   order, halved (vsum), then the tail one fma at a time (plain C: a product and a sum; the lane
+   GEMM below sums the same way), so it does not depend on the tile it was computed in, nor on
+   how many x rows came with it. rx, rw and type are constants after inlining: the rx * rw sums
+   live in registers, and each weight vector loaded is used rx times, each x vector rw times. */
+TARGET TD_INLINE void ISA(dot_tile)(const float *x, const char *w, int64_t ldw, int64_t k, float *s, const int rx,
+                                    const int rw, const char *ahead, const enum td_type type)
 {
     VEC acc[FEW_RX][FEW_RW];
     for (int r = 0; r < rx; r++)
         for (int c = 0; c < rw; c++)
             acc[r][c] = (VEC){0};
     int64_t p = 0;
+    const int64_t size = type == TD_F32 ? 4 : 2; /* bytes a weight */
 #if VL == 16 && defined(__x86_64__)
-    /* one x row by one weight row, as two 256-bit halves of the vector of partial sums (lane for
-       lane the same sums, written as the loop below writes them, so that they fuse into FMAs
+    /* one x row by one f32 weight row, as two 256-bit halves of the vector of partial sums (lane
+       for lane the same sums, written as the loop below writes them, so that they fuse into FMAs
        exactly where its do): streaming from memory on Zen 4 it outran the one 512-bit chain
        (SmolLM2-135M f32 decode, one row at a time: 44-47 -> 54-67 t/s) */
-    if (rx == 1 && rw == 1) {
+    if (rx == 1 && rw == 1 && type == TD_F32) {
         vf8 lo = {0}, hi = {0};
         for (; p + VL <= k; p += VL) {
-            lo += load_vf8(x + p) * load_vf8(w + p);
-            hi += load_vf8(x + p + 8) * load_vf8(w + p + 8);
+            lo += load_vf8(x + p) * load_vf8((const float *)w + p);
+            hi += load_vf8(x + p + 8) * load_vf8((const float *)w + p + 8);
         }
         acc[0][0] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     }
@@ -63,8 +85,8 @@ TARGET TD_INLINE void ISA(dot_tile)(const float *x, const float *w, int64_t k, f
             xv[r] = vload(x + r * k + p);
         for (int c = 0; c < rw; c++) {
             if (ahead)
-                __builtin_prefetch(ahead + c * k + p);
-            VEC wv = vload(w + c * k + p);
+                __builtin_prefetch(ahead + c * ldw + p * size);
+            VEC wv = ISA(wload)(w + c * ldw, p, type);
             for (int r = 0; r < rx; r++)
                 acc[r][c] += xv[r] * wv;
         }
@@ -72,36 +94,34 @@ TARGET TD_INLINE void ISA(dot_tile)(const float *x, const float *w, int64_t k, f
     for (int r = 0; r < rx; r++)
         for (int c = 0; c < rw; c++) {
             float t = vsum(acc[r][c]);
-            for (int64_t q = p; q < k; q++) /* an fma where there is one, as the lane GEMM's vector does */
-                t = PLAIN ? t + x[r * k + q] * w[c * k + q] : __builtin_fmaf(x[r * k + q], w[c * k + q], t);
+            for (int64_t q = p; q < k; q++) { /* an fma where there is one, as the lane GEMM's vector does */
+                const float xq = x[r * k + q], wq = load1(w + c * ldw, q, type);
+                t = PLAIN ? t + xq * wq : __builtin_fmaf(xq, wq, t);
+            }
             s[r * rw + c] = t;
         }
 }
 
 /* dot_tile for rx <= FEW_RX x rows and rw <= FEW_RW weight rows, each case a constant tile */
-TARGET TD_INLINE void ISA(dot_tiles)(const float *x, const float *w, int64_t k, float *s, int rx, int rw,
-                                     const float *ahead)
+TARGET TD_INLINE void ISA(dot_tiles)(const float *x, const char *w, int64_t ldw, int64_t k, float *s, int rx, int rw,
+                                     const char *ahead, const enum td_type type)
 {
     if (rw == FEW_RW)
         switch (rx) {
-#define TILE(r) case r: ISA(dot_tile)(x, w, k, s, r, FEW_RW, ahead); return;
+#define TILE(r) case r: ISA(dot_tile)(x, w, ldw, k, s, r, FEW_RW, ahead, type); return;
         TILE(1) TILE(2) TILE(3) TILE(4)
 #undef TILE
         }
     for (int r = 0; r < rx; r++) /* the last few weight rows of a matrix */
         for (int c = 0; c < rw; c++)
-            ISA(dot_tile)(x + r * k, w + c * k, k, s + r * rw + c, 1, 1, NULL);
+            ISA(dot_tile)(x + r * k, w + c * ldw, ldw, k, s + r * rw + c, 1, 1, NULL, type);
 }
 
-/* tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e) against every x row: FEW_RW weight
-   rows at a time, read from memory once and kept in L1 while the x rows pass by FEW_RX at a time.
-   Several x rows: each x tile prefetches a slice of the group two ahead (matmul.c), but the first
-   where FIRST_TILE_AHEAD: the tile itself prefetches the next group as it goes; one x row: nothing
-   (one row at a time), or the same (tiles of FEW_RW rows) */
-TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
+/* matmul_rows for weights of type (f32, f16 or bf16, a constant after inlining) */
+TARGET TD_INLINE void ISA(rows_of)(const struct mm *a, int64_t b, int64_t e, const enum td_type type)
 {
-    const struct mm *a = ctx;
     int64_t k = a->k, m = a->m, j1 = e * ROWS_PER_TASK < m ? e * ROWS_PER_TASK : m;
+    const int64_t ldw = type == TD_F32 ? 4 * k : 2 * k; /* bytes a weight row */
     const int tile_rw = a->n == 1 ? ONE_X_RW : FEW_RW;
     for (int64_t j = b * ROWS_PER_TASK; j < j1; j += tile_rw) {
         int rw = j1 - j < tile_rw ? (int)(j1 - j) : tile_rw;
@@ -112,14 +132,14 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
         for (int64_t i = 0; i < a->n; i += FEW_RX) {
             int rx = a->n - i < FEW_RX ? (int)(a->n - i) : FEW_RX;
             float s[FEW_RX * FEW_RW];
-            const float *w = (const float *)a->w + j * k;
+            const char *w = (const char *)a->w + j * ldw;
             const int in_tile = i == 0 && rw == FEW_RW && (a->n == 1 || FIRST_TILE_AHEAD);
             if (!in_tile)
                 prefetch_next(&next, slice);
             if (in_tile) /* two copies, so that the other's prefetch test folds away */
-                ISA(dot_tiles)(a->x + i * k, w, k, s, rx, rw, w + FEW_RW * k);
+                ISA(dot_tiles)(a->x + i * k, w, ldw, k, s, rx, rw, w + FEW_RW * ldw, type);
             else
-                ISA(dot_tiles)(a->x + i * k, w, k, s, rx, rw, NULL);
+                ISA(dot_tiles)(a->x + i * k, w, ldw, k, s, rx, rw, NULL, type);
             for (int r = 0; r < rx; r++)
                 for (int c = 0; c < rw; c++) {
                     float *y = a->y + (i + r) * m + j + c;
@@ -127,6 +147,22 @@ TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
                 }
         }
     }
+}
+
+/* tasks [b, e) = weight rows [ROWS_PER_TASK*b, ROWS_PER_TASK*e) of f32, f16 or bf16 against every
+   x row: FEW_RW weight rows at a time, read from memory once and kept in L1 while the x rows pass
+   by FEW_RX at a time. Several x rows: each x tile prefetches a slice of the group two ahead
+   (matmul.c), but the first where FIRST_TILE_AHEAD: the tile itself prefetches the next group as
+   it goes; one x row: nothing (one row at a time), or the same (tiles of FEW_RW rows) */
+TARGET static void ISA(matmul_rows)(void *ctx, int64_t b, int64_t e)
+{
+    const struct mm *a = ctx;
+    if (a->type == TD_F16)
+        ISA(rows_of)(a, b, e, TD_F16);
+    else if (a->type == TD_BF16)
+        ISA(rows_of)(a, b, e, TD_BF16);
+    else
+        ISA(rows_of)(a, b, e, TD_F32);
 }
 
 /* ---- many rows: packed panels and register tiles ---- */
@@ -335,9 +371,11 @@ TARGET TD_INLINE void ISA(pack_x_lanes)(const float *x, int64_t k, int64_t rows,
             xp[p * mr + r] = 0.0f;
 }
 
-/* wp = weight rows j..j+cols (k apart; zero past cols) as chains, NR columns a number:
-   wp[(l * nq + q) * NR + c] = w[c][q * VL + l], then the tail wp[(nq * VL + t) * NR + c] */
-TARGET TD_INLINE void ISA(pack_w_lanes)(const float *w, int64_t k, int64_t cols, float *wp)
+/* wp = weight rows j..j+cols (ldw bytes apart, of f32, f16 or bf16: widened; zero past cols) as
+   chains, NR columns a number: wp[(l * nq + q) * NR + c] = w[c][q * VL + l], then the tail
+   wp[(nq * VL + t) * NR + c] */
+TARGET TD_INLINE void ISA(pack_w_lanes)(const char *w, int64_t ldw, int64_t k, int64_t cols, float *wp,
+                                        const enum td_type type)
 {
     const int64_t nq = k / VL, kv = nq * VL;
 #if (VL == 8 || VL == 16) && defined(__x86_64__)
@@ -345,7 +383,7 @@ TARGET TD_INLINE void ISA(pack_w_lanes)(const float *w, int64_t k, int64_t cols,
         for (int64_t half = 0; half < NR; half += VL) {
             VEC r[VL];
             for (int64_t c = 0; c < VL; c++)
-                r[c] = half + c < cols ? vload(w + (half + c) * k + q * VL) : (VEC){0};
+                r[c] = half + c < cols ? ISA(wload)(w + (half + c) * ldw, q * VL, type) : (VEC){0};
 #if VL == 16
             transpose16((__m512 *)r);
 #else
@@ -358,11 +396,11 @@ TARGET TD_INLINE void ISA(pack_w_lanes)(const float *w, int64_t k, int64_t cols,
     for (int64_t c = 0; c < NR; c++)
         for (int64_t q = 0; q < nq; q++)
             for (int l = 0; l < VL; l++)
-                wp[(l * nq + q) * NR + c] = c < cols ? w[c * k + q * VL + l] : 0.0f;
+                wp[(l * nq + q) * NR + c] = c < cols ? load1(w + c * ldw, q * VL + l, type) : 0.0f;
 #endif
     for (int64_t c = 0; c < NR; c++)
         for (int64_t p = kv; p < k; p++)
-            wp[p * NR + c] = c < cols ? w[c * k + p] : 0.0f;
+            wp[p * NR + c] = c < cols ? load1(w + c * ldw, p, type) : 0.0f;
 }
 
 /* y[0:rows, 0:cols] (+)= the products of mr packed x rows by a packed panel, in dot_tile's order:
@@ -434,8 +472,9 @@ TARGET static void ISA(lane_gemm)(void *ctx, int64_t b, int64_t e)
             const int64_t t = it - g->first[j], k = a->k, m = a->m;
             const int64_t j0 = t / a->nchunks * NR, cols = m - j0 < NR ? m - j0 : NR;
             const int64_t i0 = t % a->nchunks * a->chunk, i1 = i0 + a->chunk < a->n ? i0 + a->chunk : a->n;
+            const int64_t ldw = a->type == TD_F32 ? 4 * k : 2 * k;
             if (packed != a || packed_j0 != j0)
-                ISA(pack_w_lanes)((const float *)a->w + j0 * k, k, cols, wp), packed = a, packed_j0 = j0;
+                ISA(pack_w_lanes)((const char *)a->w + j0 * ldw, ldw, k, cols, wp, a->type), packed = a, packed_j0 = j0;
             int64_t i = i0;
             for (; i + MR <= i1; i += MR)
                 ISA(lane_tile)(g->xp + i * k, wp, k, a->y + i * m + j0, m, a->acc, MR, cols, MR);

@@ -6,7 +6,7 @@
      quant.h       the block formats, byte for byte ggml's, each documented beside its struct;
                    struct type_traits, what a kernel needs of a type
      quant_ref.c   plain C: every type's functions and the full table, td_traits_c (the reference)
-     quant_x86.c   AVX2 and AVX-512 (with AVX512_VNNI, AVX512_BF16): td_traits_avx2, td_traits_avx512
+     quant_x86.c   AVX2 and AVX-512 (with AVX512_VNNI): td_traits_avx2, td_traits_avx512
                    quant_x86_32.h its tiles of Q4_1, Q5_1, Q5_0 and IQ4_NL, once for AVX2 and VNNI
      quant_x86_k.c the same for the K-quants (Q2_K .. Q6_K, IQ4_XS, Q8_K): td_traits_avx2_k, _avx512_k
      quant_arm.c   NEON and dotprod: td_traits_neon, td_traits_dotprod

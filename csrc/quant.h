@@ -13,8 +13,8 @@
      the K-quants and IQ4_XS: x to Q8_K (256 quants, an f32 scale and the sums of each 16), each
        sub-block's integer dot product times its integer scale, summed in int32, the minimums
        through the sums of 16;
-     bf16 weights on a CPU with AVX512_BF16: x rounded to bf16, for the bf16 dot instruction;
-     otherwise x stays f32 and the weights are widened as they are read.
+     f16 and bf16 weights: x stays f32 and the weights are widened as they are read (matmul_isa.h:
+       the f32 tiles' order).
    Every path of a type sees the same converted x, so a row's result does not depend on how many
    rows the call has (only on the order of float sums). */
 #ifndef TD_QUANT_H

@@ -357,8 +357,8 @@ TD_DOTPROD static float vec_dot_iq4_xs_q8_K_dotprod(int64_t k, const void *vw, c
 
 /* NEON's own functions, per type; a field left out is plain C's (quant.c) */
 const struct type_traits td_traits_neon[TD_NTYPES] = {
-    [TD_F16] = {.to_float = f16_to_float_neon, .vec_dot = vec_dot_f16_neon},
-    [TD_BF16] = {.to_float = bf16_to_float_neon, .vec_dot = vec_dot_bf16_neon},
+    [TD_F16] = {.to_float = f16_to_float_neon},
+    [TD_BF16] = {.to_float = bf16_to_float_neon},
     [TD_Q8_0] = {.to_float = q8_0_to_float_neon, TD_X_Q8_0(neon), .vec_dot = vec_dot_q8_0_q8_0_neon},
     [TD_Q4_0] = {.to_float = q4_0_to_float_neon, TD_X_Q8_0(neon), .vec_dot = vec_dot_q4_0_q8_0_neon},
     [TD_Q8_0X8] = {TD_X_Q8_0(neon)},

@@ -359,28 +359,8 @@ TARGET static void ISA(q8_0v_to_float)(const void *vx, float *y, int64_t k)
 
 /* ---- dot products ---- */
 
-/* a weight row of 16-bit floats . x in f32: two sums of vectors, then the tail term by term (plain
-   C: all of it, see the top) */
-TARGET TD_INLINE float ISA(dot_16bit)(int64_t k, const uint16_t *h, const float *x, const int bf16)
-{
-    VEC a0 = {0}, a1 = {0};
-    int64_t i = 0;
-    for (; !PLAIN && i + 2 * VL <= k; i += 2 * VL) {
-        a0 += ISA(load_16bit)(h + i, bf16) * vload(x + i);
-        a1 += ISA(load_16bit)(h + i + VL, bf16) * vload(x + i + VL);
-    }
-    for (; !PLAIN && i + VL <= k; i += VL)
-        a0 += ISA(load_16bit)(h + i, bf16) * vload(x + i);
-    float s = vsum(a0 + a1);
-    for (; i < k; i++)
-        s += ISA(to_fp32_16bit)(h[i], bf16) * x[i];
-    return s;
-}
 
-TARGET static float ISA(vec_dot_f16)(int64_t k, const void *w, const void *x) { return ISA(dot_16bit)(k, w, x, 0); }
-
-#if VL != 16 /* AVX-512: quant_x86.c's AVX512_BF16 and AVX512_VNNI kernels instead */
-TARGET static float ISA(vec_dot_bf16)(int64_t k, const void *w, const void *x) { return ISA(dot_16bit)(k, w, x, 1); }
+#if VL != 16 /* AVX-512: quant_x86.c's AVX512_VNNI kernels instead */
 
 /* each block's exact int32 dot product, scaled by d_w * d_x into VL float sums */
 TARGET static float ISA(vec_dot_q8_0_q8_0)(int64_t k, const void *vw, const void *vx)

@@ -484,9 +484,9 @@ static float vec_dot_q8_K_q8_K_ref(int64_t k, const void *vw, const void *vx)
 /* f32 x (from_float NULL): x_to_float is never needed, the GEMM reads x itself */
 const struct type_traits td_traits_c[TD_NTYPES] = {
     [TD_F16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = f16_to_float_c, .x_blck_size = 1,
-                .x_type_size = 4, .vec_dot = vec_dot_f16_c},
+                .x_type_size = 4},
     [TD_BF16] = {.rows = 1, .blck_size = 1, .type_size = 2, .to_float = bf16_to_float_c, .x_blck_size = 1,
-                 .x_type_size = 4, .vec_dot = vec_dot_bf16_c},
+                 .x_type_size = 4},
     [TD_Q8_0] = {.rows = 1, .blck_size = QK8_0, .type_size = sizeof(block_q8_0), .to_float = q8_0_to_float_c,
                  TD_X_Q8_0(c), .vec_dot = vec_dot_q8_0_q8_0_c},
     [TD_Q4_0] = {.rows = 1, .blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float = q4_0_to_float_c,

@@ -2,18 +2,16 @@
    F16C) and AVX-512, and their tables, td_traits_avx2 and td_traits_avx512, which name only what
    each level does its own way (quant.c fills the rest from plain C's, quant_ref.c).
 
-   - quant_isa.h's AVX2 and AVX-512 instances (suffixes _avx2, _avx512): f16 and bf16 rows, Q8_0 and
-     Q4_0 rows to f32, x to Q8_0 (and Q8_0S, Q8_0V), the generic Q8_0 and Q4_0 dot products;
+   - quant_isa.h's AVX2 and AVX-512 instances (suffixes _avx2, _avx512): f16 and bf16 rows to f32
+     (their dot products are matmul_isa.h's, f32's widened), Q8_0 and Q4_0 rows to f32, x to Q8_0 (and Q8_0S, Q8_0V), the generic Q8_0 and Q4_0 dot products;
    - by hand, AVX2: the tiles of 4 weight rows by up to 2 x rows (dot_tile_avx2) and the X8 groups
      (x8_tile_avx2) (the K-quants' kernels and tables are quant_x86_k.c's);
    - quant_x86_32.h, written once for AVX2 and for AVX512_VNNI: Q4_1, Q5_1, Q5_0 and IQ4_NL in tiles
      of 4 weight rows by up to 4 x rows, plain C's float chains run 4 rows at once (bit for bit),
      with x to Q8_1 (quant_isa.h) and Q8_0S (Q5_0; IQ4_NL on VNNI);
-   - by hand, AVX-512 with an extension beyond AVX512F (AVX512_BF16, AVX512_VNNI; td_simd_ext says
-     whether the CPU has it, and without it td_type_traits gives the AVX2 entry, as
-     td_traits_avx512_needs says): the bf16, Q8_0 and Q4_0 dot products (as rows and as X8 groups).
-     Their shape is their own: vdpbf16ps takes x as bf16 pairs with a masked tail, and the VNNI
-     kernels put two blocks in one zmm and gather eight blocks' scales with one permute (the X8
+   - by hand, AVX-512 with AVX512_VNNI (td_simd_ext says whether the CPU has it, and without it
+     td_type_traits gives the AVX2 entry, as td_traits_avx512_needs says): the Q8_0 and Q4_0 dot
+     products (as rows and as X8 groups). Their shape is their own: the VNNI kernels put two blocks in one zmm and gather eight blocks' scales with one permute (the X8
      ones two groups in one), which a per-block primitive under the generic loop cannot express.
 
    The integer dot products follow llama.cpp (ggml-cpu/arch/x86/quants.c): the "sign trick" makes
@@ -243,40 +241,7 @@ TD_AVX2 TD_INLINE int32_t hsum_i32_8(__m256i v)
 #undef ISA
 #undef VNNI
 
-/* ---- the exception: AVX-512 dot products that need AVX512_BF16 or AVX512_VNNI ---- */
-
-/* x rounded to bf16 (nearest even, as quant.to_bf16) for vdpbf16ps; a masked tail past k % 16 */
-TD_AVX512_BF16 static void bf16_from_float_avx512(const float *x, void *vy, int64_t k)
-{
-    td_bf16_t *y = vy;
-    int64_t i = 0;
-    for (; i + 32 <= k; i += 32) {
-        __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-        _mm512_storeu_si512(y + i, (__m512i)b);
-    }
-    for (; i < k; i += 16) {
-        const __mmask16 mask = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
-        __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i));
-        _mm256_mask_storeu_epi16(y + i, mask, (__m256i)b);
-    }
-}
-
-TD_AVX512_BF16 static float vec_dot_bf16_avx512(int64_t k, const void *w, const void *x)
-{
-    const td_bf16_t *a = w, *b = x;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 64 <= k; i += 64) {
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(a + i), (__m512bh)_mm512_loadu_si512(b + i));
-        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(a + i + 32), (__m512bh)_mm512_loadu_si512(b + i + 32));
-    }
-    for (; i < k; i += 32) { /* zeros past k add nothing */
-        const __mmask32 mask = k - i >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << (k - i)) - 1);
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(mask, a + i),
-                              (__m512bh)_mm512_maskz_loadu_epi16(mask, b + i));
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
+/* ---- the exception: AVX-512 dot products that need AVX512_VNNI ---- */
 
 /* as mul_sum_i8_pairs_avx2, with one vpdpbusd for maddubs + madd */
 TD_AVX512_VNNI TD_INLINE __m256 mul_sum_i8_pairs_vnni(__m256i x, __m256i y)
@@ -642,8 +607,8 @@ VEC_DOT_8XN_AVX512(q4_0x8_q8_0v, 1)
 
 /* AVX2's own functions, per type; a field left out is plain C's (quant.c) */
 const struct type_traits td_traits_avx2[TD_NTYPES] = {
-    [TD_F16] = {.to_float = f16_to_float_avx2, .vec_dot = vec_dot_f16_avx2},
-    [TD_BF16] = {.to_float = bf16_to_float_avx2, .vec_dot = vec_dot_bf16_avx2},
+    [TD_F16] = {.to_float = f16_to_float_avx2},
+    [TD_BF16] = {.to_float = bf16_to_float_avx2},
     [TD_Q8_0] = {.to_float = q8_0_to_float_avx2, TD_X_Q8_0(avx2), .vec_dot = vec_dot_q8_0_q8_0_avx2,
                  .vec_dot_4xn = vec_dot_4xn_q8_0_q8_0_avx2},
     [TD_Q4_0] = {.to_float = q4_0_to_float_avx2, TD_X_Q8_0(avx2), .vec_dot = vec_dot_q4_0_q8_0_avx2,
@@ -656,10 +621,8 @@ const struct type_traits td_traits_avx2[TD_NTYPES] = {
 
 /* AVX-512's own functions, per type; a field left out is plain C's */
 const struct type_traits td_traits_avx512[TD_NTYPES] = {
-    [TD_F16] = {.to_float = f16_to_float_avx512, .vec_dot = vec_dot_f16_avx512},
-    [TD_BF16] = {.to_float = bf16_to_float_avx512, .from_float = bf16_from_float_avx512, /* x rounded to bf16 */
-                 .x_to_float = bf16_to_float_avx512, .x_blck_size = 1, .x_type_size = 2,
-                 .vec_dot = vec_dot_bf16_avx512},
+    [TD_F16] = {.to_float = f16_to_float_avx512},
+    [TD_BF16] = {.to_float = bf16_to_float_avx512},
     [TD_Q8_0] = {.to_float = q8_0_to_float_avx512, TD_X_Q8_0(avx512), .vec_dot = vec_dot_q8_0_q8_0_avx512,
                  .vec_dot_4xn = vec_dot_4xn_q8_0_q8_0_avx512},
     [TD_Q4_0] = {.to_float = q4_0_to_float_avx512, TD_X_Q8_0(avx512), .vec_dot = vec_dot_q4_0_q8_0_avx512,
@@ -674,7 +637,7 @@ const struct type_traits td_traits_avx512[TD_NTYPES] = {
 };
 
 /* the extension each AVX-512 entry needs; without it the AVX2 entry is used */
-const int td_traits_avx512_needs[TD_NTYPES] = {[TD_BF16] = TD_EXT_BF16, [TD_Q8_0] = TD_EXT_VNNI,
+const int td_traits_avx512_needs[TD_NTYPES] = {[TD_Q8_0] = TD_EXT_VNNI,
                                                [TD_Q4_0] = TD_EXT_VNNI, [TD_Q8_0X8] = TD_EXT_VNNI,
                                                [TD_Q4_0X8] = TD_EXT_VNNI, [TD_Q4_1] = TD_EXT_VNNI,
                                                [TD_Q5_1] = TD_EXT_VNNI, [TD_Q5_0] = TD_EXT_VNNI,

@@ -25,7 +25,6 @@ int td_get_simd(void);
 int td_set_simd(int level);         /* clamps to what the CPU supports; returns the level in use */
 /* AVX-512 extensions the CPU has (bits); the kernels needing one run their AVX2 version without it */
 enum { TD_EXT_VNNI = 1,             /* AVX512_VNNI (+BW, VL): int8 dot products, Q8_0 and Q4_0 */
-       TD_EXT_BF16 = 2,             /* AVX512_BF16 (+BW, VL): bf16 dot products */
        TD_EXT_DOTPROD = 4 };        /* arm64 dotprod (sdot): int8 dot products, Q8_0 and Q4_0 */
 int td_get_simd_ext(void);
 

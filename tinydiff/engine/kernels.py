@@ -14,8 +14,7 @@ Threads: a kernel call runs on the calling thread's current pool: a ThreadPool i
 (a model's own: Model.pool), else the process default pool, of physical_cores() threads or
 TINYDIFF_THREADS if set at import.
 SIMD: AVX-512 or AVX2+FMA kernels when the CPU has them (simd() says which), else plain C; on the
-AVX-512 path, the int8 and bf16 dot products use AVX512_VNNI and AVX512_BF16 when the CPU has them
-(simd_extensions()).
+AVX-512 path, the int8 dot products use AVX512_VNNI when the CPU has it (simd_extensions()).
 Signatures and meaning match tinydiff.engine.reference, the plain NumPy version.
 """
 import math
@@ -159,12 +158,11 @@ def simd():
 
 
 def simd_extensions():
-    """The extensions the kernels use on this CPU: a tuple of 'avx512_vnni', 'avx512_bf16' (the
-    int8 / bf16 dot products on the AVX-512 path; without one, that kernel's AVX2 version runs),
+    """The extensions the kernels use on this CPU: a tuple of 'avx512_vnni' (the int8 dot products
+    on the AVX-512 path; without it, that kernel's AVX2 version runs),
     'dotprod' (arm64's int8 dot products on the NEON path; without it, widening multiplies)."""
     ext = lib.td_get_simd_ext()
-    return tuple(name for bit, name in ((lib.TD_EXT_VNNI, "avx512_vnni"), (lib.TD_EXT_BF16, "avx512_bf16"),
-                                        (lib.TD_EXT_DOTPROD, "dotprod")) if ext & bit)
+    return tuple(name for bit, name in ((lib.TD_EXT_VNNI, "avx512_vnni"), (lib.TD_EXT_DOTPROD, "dotprod")) if ext & bit)
 
 
 def _set_simd(name):
