@@ -1,41 +1,54 @@
 /* matmul.c: y[n,m] = x[n,k] @ w[m,k]^T in f32, w in HF layout (out_features x in_features).
 
    Few x rows (one token while decoding, a block of block diffusion) is memory bound: the weight
-   rows are streamed from memory once, a few at a time, and dotted with every x row while they sit
-   in L1, in register tiles of 3 weight rows by 4 x rows (AVX-512, NEON: 4 by 4). Rows ahead are
-   prefetched while the x tiles run: without it the memory idles while the later x tiles run on
-   rows already in L1 (8 rows cost 1.7 decode steps instead of 1.3: SmolLM2-135M's matrices, 2
-   threads, AVX-512, prefetching the next four rows during the first x tile). Spreading the
-   prefetch of the group two ahead over every x tile made 4 sequences of SmolLM2-135M f32 decode
-   1.28x faster, 8 1.12-1.17x (AVX2, Zen 4). On AMD the first x tile does not prefetch, and one x
-   row (on AVX2 everywhere) takes its weight rows one at a time: one stream (matmul_isa.h). Each
-   product is summed as vec_dot_f32 sums it, so a row's result does not depend on the rows that
-   came with it. Threads split the weight rows.
+   rows (f32, or f16 and bf16 widened to f32 as they are read) are streamed from memory once, a
+   few at a time, and dotted with every x row while they sit in L1, in register tiles of 3 weight
+   rows by 4 x rows (AVX-512, NEON: 4 by 4). Rows ahead are prefetched while the x tiles run:
+   without it the memory idles while the later x tiles run on rows already in L1 (8 rows cost 1.7
+   decode steps instead of 1.3: SmolLM2-135M's matrices, 2 threads, AVX-512, prefetching the next
+   four rows during the first x tile). Spreading the prefetch of the group two ahead over every x
+   tile made 4 sequences of SmolLM2-135M f32 decode 1.28x faster, 8 1.12-1.17x (AVX2, Zen 4). On
+   AMD the first x tile does not prefetch, and one x row (on AVX2 everywhere) takes its weight rows
+   one at a time: one stream (matmul_isa.h). Threads split the weight rows.
 
-   Many x rows is compute bound, done BLIS style: NR weight rows x KC columns are packed
+   Batch invariance (on unless td_set_batch_invariant(0)): a row's result is the same bits whatever
+   rows come with it, so a request's answer does not depend on its batch (issue 40). Every output
+   of a type is summed in one order at any number of rows. f32, f16, bf16 rows: the tiles' order (a
+   vector of partial sums in k order, halved, then the tail an fma at a time), from
+   td_gemm_min_rows() x rows by the lane GEMM (matmul_isa.h), which runs a GEMM register tile over
+   each of those partial sums' chains and halves them alike: SmolLM2-135M's f32 matrices, 512 rows,
+   0.85-0.91x the BLIS GEMM below (AVX-512, Xeon; bench/bench_batch_invariance.py for whole models).
+   The other row types: their tiles and vec_dot at any n (they sum a row as plain C does). Q8_0X8
+   and Q4_0X8: their kernel, and from GEMM_X8_MIN_ROWS the int8 GEMM, which sums as it does (gemm_q8.c).
+   Panels: only the GEMM reads them. With invariance off, many rows take the GEMMs below, whose
+   order differs from the tiles' (f32 and the widened types: one chain per output, k chunk by k chunk).
+
+   Many x rows, invariance off, is done BLIS style: NR weight rows x KC columns are packed
    transposed into wp[KC][NR] (L1-sized), then an MR x NR register tile sweeps down the x rows:
    each packed weight vector loaded is used MR times, each x value broadcast is used NR times.
    While a panel's tiles run, the weights the next one packs are prefetched a slice per tile
    (struct ahead). Threads split (weight panel, x row chunk) pairs. The kernels are in matmul_isa.h.
 
-   A masked-diffusion model's passes all have many rows, and packing the same weights on every
-   call cost 6-9% of a step of the shipped MDM (Zen 4, AVX-512). Its f32, f16 and bf16 matrices are
-   put in panels at load instead (F32P, F16P, BF16P: quant.h), which only the GEMM reads, at any
-   number of x rows: f32 as they are, f16 and bf16 widened a sweep's NR columns at a time; x is
-   never rounded to bf16 for them (no vdpbf16ps path to agree with). Zen 4, 68 x rows, 2 threads,
-   against the same matrices in rows: AVX-512 1.07-1.09x (f32), 1.15-1.58x (bf16, whose rows round
-   x in a job of its own); AVX2 0.98-1.09x; the shipped MDM's step 4.26-4.51 -> 4.03-4.17 ms
-   (AVX-512), 4.27-4.53 -> 4.12-4.23 (AVX2), three interleaved pairs each.
+   A masked-diffusion model's passes all have many rows, and packing the same weights on every call
+   cost 6-9% of a step of the shipped MDM (Zen 4, AVX-512). Its f32, f16 and bf16 matrices are put in
+   panels at load instead (F32P, F16P, BF16P: quant.h), which only the GEMM reads, at any number of x
+   rows: f32 as they are, f16 and bf16 widened a sweep's NR columns at a time. Zen 4, 68 x rows, 2
+   threads, against the same matrices in rows (before the lane GEMM): AVX-512 1.07-1.09x (f32),
+   1.15-1.58x (bf16, whose rows then rounded x in a job of its own); AVX2 0.98-1.09x; the shipped MDM's
+   step 4.26-4.51 -> 4.03-4.17 ms (AVX-512), 4.27-4.53 -> 4.12-4.23 (AVX2), three interleaved pairs
+   each.
 
    Other weight types (quant.h): x rows are converted once per call to the type the weights' dot
-   product wants. Few x rows: each weight row is dotted with every converted x row by the type's
-   vec_dot, reading the weights once in their own type; where the type has a tile (Q8_0, Q4_0, Q4_1,
-   Q5_0, Q5_1 and IQ4_NL on AVX2 and AVX512_VNNI), 4 weight rows by up to 4 x rows at once, each weight block made ready
-   once for all the x rows and each x block once for the 4 weight rows. Many x rows: Q8_0 and
-   Q4_0 run an int8 GEMM on AVX512_VNNI (gemm_q8.c); otherwise the converted x is widened back to
-   f32 and the f32 GEMM above runs, each weight panel widened to f32 just before it is packed (f16
-   and bf16 inside the packing transpose: 2-3% off a bf16 GEMM of the shipped models on AVX2, a
-   diffusion step of the shipped MDM 3.32 -> 3.20 ms on AVX-512).
+   product wants (the same conversion on every path). Few x rows: each weight row is dotted with every
+   converted x row by the type's vec_dot, reading the weights once in their own type; where the type
+   has a tile (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL on AVX2 and AVX512_VNNI), 4 weight rows by up to
+   4 x rows at once, each weight block made ready once for all the x rows and each x block once for the
+   4 weight rows; batch invariant, at any number of x rows (prefill of the SmolLM2-135M Q4_1 file
+   0.91x, Gemma 3 270M Q4_K_M 0.81x the widening below, but 32 decoding sequences 1.47x and 1.63x).
+   Many x rows, invariance off: Q8_0 and Q4_0 run an int8 GEMM on AVX512_VNNI (gemm_q8.c); otherwise
+   the converted x is widened back to f32 and the f32 GEMM above runs, each weight panel widened to f32
+   just before it is packed (f16 and bf16 inside the packing transpose: 2-3% off a bf16 GEMM of the
+   shipped models on AVX2, a diffusion step of the shipped MDM 3.32 -> 3.20 ms on AVX-512).
 
    Q8_0X8 and Q4_0X8 (rows interleaved by 8 at load, on AVX2 and AVX512_VNNI: quant.h) take their
    own kernel: a group of 8 rows is one stream of memory and its 8 dot products come out in one
@@ -65,7 +78,7 @@ int td_set_batch_invariant(int on)
 
 #define KC 256 /* k per packed panel */
 #define ROWS_PER_TASK 16
-#define GEMM_16BIT_MIN_ROWS 4 /* f16 / bf16: the tiles widen a weight row once per x row, the GEMM once */
+#define GEMM_16BIT_MIN_ROWS 4 /* f16 / bf16, invariance off: chosen when their tiles were vec_dot, one x row at a time */
 #define GEMM_Q8_MIN_ROWS 4 /* the int8 GEMM's panels are bytes, cheap to pack: it wins from 3-4 rows */
 #define GEMM_X8_MIN_ROWS 17 /* Q8_0X8 / Q4_0X8 on AVX512_VNNI: two of their kernel's tiles of 8 x rows */
 #define PREFETCH_BYTES 4096 /* typed few-rows path: how far ahead of the row being read to prefetch */

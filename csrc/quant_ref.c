@@ -491,7 +491,7 @@ const struct type_traits td_traits_c[TD_NTYPES] = {
                  TD_X_Q8_0(c), .vec_dot = vec_dot_q8_0_q8_0_c},
     [TD_Q4_0] = {.rows = 1, .blck_size = QK4_0, .type_size = sizeof(block_q4_0), .to_float = q4_0_to_float_c,
                  TD_X_Q8_0(c), .vec_dot = vec_dot_q4_0_q8_0_c},
-    /* panels: only the f32 GEMM reads them, x as it is (never rounded to bf16: no vdpbf16ps path) */
+    /* panels: only the f32 GEMM reads them, x as it is */
     [TD_F32P] = {.rows = TD_PANEL, .blck_size = 1, .type_size = 4, .to_float_lane = f32p_to_float_lane,
                  .x_blck_size = 1, .x_type_size = 4},
     [TD_F16P] = {.rows = TD_PANEL, .blck_size = 1, .type_size = 2, .to_float_lane = f16p_to_float_lane,

@@ -28,22 +28,6 @@ def fixture(request):
     return tinydiff.load(os.path.join(HF, request.param)), reference(request.param), request.param
 
 
-@pytest.fixture(autouse=True)
-def widened_bf16(request):
-    """The references are f32 arithmetic on the checkpoint's numbers (a bf16 model reloaded in f32,
-    as transformers computes it). Every kernel path computes that, except the AVX512_BF16 dot
-    product, which rounds x to bf16 as llama.cpp's does (pinned to its own reference in
-    test_kernels_types.py): for the bf16 model there, these tests run on the AVX2 path."""
-    name = request.node.callspec.params.get("fixture") if hasattr(request.node, "callspec") else None
-    rounds = K.simd() == "avx512" and "avx512_bf16" in K.simd_extensions()
-    if not (rounds and name and name.endswith("bf16")):
-        yield
-        return
-    K._set_simd("avx2")
-    yield
-    K._set_simd("avx512")
-
-
 def test_there_are_fixtures_for_each_layout():
     assert {"llama-gqa", "llama-tied-headdim", "qwen2-bias", "llama-bf16", "llama-sharded", "llama3-rope",
             "llama-linear-rope"} <= set(MODELS)

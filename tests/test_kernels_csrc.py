@@ -45,11 +45,23 @@ def sequential_sum(terms):
     return s
 
 
+def four_chains_sum(terms):
+    """float32 terms summed as plain C's f32 tiles sum them: chain l over terms l, l + 4, ..., the
+    four chains halved, then the terms past the last multiple of 4 one by one."""
+    kv = len(terms) // 4 * 4
+    chains = [sequential_sum(terms[l:kv:4]) for l in range(4)]
+    total = (chains[0] + chains[2]) + (chains[1] + chains[3])
+    for t in terms[kv:]:
+        total = np.float32(total + t)
+    return total
+
+
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="plain C on x86-64 has no FMA to fuse")
 @pytest.mark.parametrize("name", TYPES)
 def test_plain_c_sums_in_ggml_reference_order(name):
-    """quant_isa.h's plain C path keeps ggml's reference order, to the bit: 16-bit weights' products
-    summed term after term; for the block types, each block's exact int32 dot product times
+    """Plain C's order, to the bit: 16-bit weights widened and summed as f32's tiles sum (matmul_isa.h:
+    four chains of products, k mod 4 each, then (0 + 2) + (1 + 3), then the tail term by term); for
+    the block types, quant_isa.h keeps ggml's reference order, each block's exact int32 dot product times
     d_w * d_x, those summed block after block."""
     best = K.simd()
     K._set_simd("c")
@@ -61,7 +73,7 @@ def test_plain_c_sums_in_ggml_reference_order(name):
         K._set_simd(best)
     if name in ("f16", "bf16"):
         wf = quant.dequantize(q).astype(np.float32)
-        want = [sequential_sum(wf[j] * x[0]) for j in range(5)]
+        want = [four_chains_sum(wf[j] * x[0]) for j in range(5)]
     else:
         xq = quant.quantize(x, "q8_0")[0]
         qs = q["qs"].astype(np.int64)

@@ -3,12 +3,12 @@ on every SIMD path this CPU has.
 
 Two checks per call, with bounds derived, not tuned:
 - tight, against reference.matmul_exact (x converted exactly as the kernels convert it: Q8_0 for
-  the block types, bf16 on the AVX512_BF16 path; products exact in float64). What is left is the
+  the block types; f16 and bf16 weights widened, x as given; products exact in float64). What is left is the
   kernels' own f32 rounding: at most about one rounding per term summed, k * 2^-24 relative to
   sum |x'| |w| (each block's int32 dot product is exact, so the Q8_0/Q4_0 paths round even less).
 - loose, against reference.matmul, x @ dequantize(w).T with x as given: the tight bound plus what
   converting x may cost, |x - x'| <= 0.57 d_x per number for Q8_0 (half a step, and d_x's f16
-  rounding over 127 steps), 2^-8 |x| for bf16. This catches an x converted wrong in both the
+  rounding over 127 steps), nothing for f16 and bf16. This catches an x converted wrong in both the
   kernels and matmul_exact.
 Sizes: n = 1, n below the GEMM thresholds (4 rows for the int8 GEMM and f16/bf16, 16 for the
 others, 33 on AMD), above; k a multiple of 32 for the block types (32 included; 288 and more cross
@@ -36,15 +36,10 @@ def data(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def bf16_x(name):
-    """True where the kernels round x to bf16: bf16 weights on the AVX512_BF16 path."""
-    return name == "bf16" and K.simd() == "avx512" and "avx512_bf16" in K.simd_extensions()
-
-
 def x_as_seen(x, name):
     if name in BLOCKED:
         return quant.dequantize(quant.quantize(x, "q8_0"))
-    return quant.dequantize(quant.to_bf16(x)) if bf16_x(name) else x
+    return x
 
 
 def x_error(x, name):
@@ -52,7 +47,7 @@ def x_error(x, name):
     if name in BLOCKED:
         blocks = np.abs(x).reshape(*x.shape[:-1], -1, 32)
         return np.repeat(blocks.max(-1) / 127 * 0.57, 32, axis=-1)
-    return np.abs(x) * 2.0**-8 if bf16_x(name) else np.zeros_like(x)
+    return np.zeros_like(x)
 
 
 def check(x, w, name):
@@ -62,7 +57,7 @@ def check(x, w, name):
     k = x.shape[-1]
     tight = (k + 4) * U * (np.abs(x_as_seen(x, name)) @ wd.T) + 1e-30
     assert got.dtype == np.float32 and got.shape == x.shape[:-1] + (w.shape[0],)
-    err = np.abs(got - R.matmul_exact(x, q, bf16_x=bf16_x(name)))
+    err = np.abs(got - R.matmul_exact(x, q))
     assert np.all(err <= tight), f"tight: {(err / tight).max():.3g} x the bound"
     loose = tight + x_error(x, name) @ wd.T * (1 + 1e-6)
     assert np.all(np.abs(got - R.matmul(x, q)) <= loose)
@@ -322,7 +317,7 @@ def test_interleaved_only_where_the_kernels_want_it(level, name):
 
 
 def test_simd_extensions():
-    assert set(K.simd_extensions()) <= ({"dotprod"} if K.ARM else {"avx512_vnni", "avx512_bf16"})
+    assert set(K.simd_extensions()) <= ({"dotprod"} if K.ARM else {"avx512_vnni"})
 
 
 # ---- F32P, F16P and BF16P (quant.h): f32, f16 and bf16 in the GEMM's panels, made at load ----

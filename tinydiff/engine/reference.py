@@ -33,20 +33,18 @@ def matmul(x, w, out=None):
     return _into(out, x @ w.T)                                   # [n,m] or [m]
 
 
-def matmul_exact(x, w, bf16_x=False):
+def matmul_exact(x, w):
     """x @ w.T in float64 as the C kernels compute it, before any f32 rounding of theirs.
 
     x is first converted as the kernels convert it for w's type: quantized to Q8_0 for Q8_0 and
-    Q4_0 weights (quant.quantize rounds as the C does), rounded to bf16 for bf16 weights when
-    bf16_x (the AVX512_BF16 path), else kept. Any two such numbers multiply exactly in float64
+    Q4_0 weights (quant.quantize rounds as the C does), else kept (f16 and bf16 weights are widened
+    and x stays f32). Any two such numbers multiply exactly in float64
     (a Q8_0 value d*q has 11+8 significant bits, an f32 24), so the sum over a 32-block of
     d_x*q_x * d_w*q_w is d_x*d_w times the integer block dot product the C computes; only the
     float64 sums round (k * 2^-53 relative), far below the kernels' own f32 rounding."""
     x = np.asarray(x, np.float32)                                          # [n,k] or [k]
     if quant.is_blocked(w):
         x = quant.dequantize(quant.quantize(x, "q8_0"))                    # exact: d*q fits in f32
-    elif w.dtype == quant.BF16 and bf16_x:
-        x = quant.dequantize(quant.to_bf16(x))
     return x.astype(np.float64) @ _widened(w).astype(np.float64).T       # [n,m] or [m]
 
 
