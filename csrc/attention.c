@@ -14,7 +14,12 @@
    sits (causal and block-causal masks), so they go first, last, second, second last... and any
    contiguous range of tasks costs about the same.
    One query (decoding): a head per task, dot products straight from k; the tiled path would leave
-   most lanes empty. The one-query sequences of a batched decode step are one job for them all
+   most lanes empty. Batch invariant (matmul.c), a causal mask's queries all take this path, however
+   many: the tiles sum in another order than it, so a prompt's rows, a verifying pass's drafted rows
+   (speculative decoding) or a prefix-cached prompt's last rows would differ in their last bits from
+   the same positions decoded one at a time (prefill of the SmolLM2-135M Q4_1 file, 512 tokens:
+   0.91 -> 0.72x without invariance, bench/bench_batch_invariance.py). Bidirectional and
+   block-causal masks (diffusion) keep the tiles: their passes always have a canvas of rows. The one-query sequences of a batched decode step are one job for them all
    (td_attention_rows): a wait per layer instead of one per sequence, and the heads of all of them
    to share out.
 
@@ -87,7 +92,7 @@ static inline int64_t key_start(const struct attn *a, int64_t p)
    their number */
 static int64_t plan(struct attn *a)
 {
-    if (a->n < TILE_MIN_N || a->heads == 0) /* (no heads: no tasks) */
+    if (a->n < TILE_MIN_N || (td_batch_invariant && a->block == 1) || a->heads == 0) /* (no heads: no tasks) */
         return a->qblocks = 0, a->n * a->heads;
     a->nh = a->group < RMAX ? a->group : RMAX;
     a->hchunks = (a->group + a->nh - 1) / a->nh;

@@ -25,6 +25,7 @@ enum { TD_SIMD_C = 0, TD_SIMD_AVX2 = 1, TD_SIMD_AVX512 = 2 }; /* x86-64 */
 enum { TD_SIMD_NEON = 1 };                                     /* arm64 */
 extern int td_simd;     /* level in use, set by cpu.c */
 extern int td_simd_ext; /* TD_EXT_* bits: what the CPU has beyond AVX512F, or NEON */
+extern int td_batch_invariant; /* matmul.c: a row's result never depends on the rows beside it */
 extern int td_amd;      /* an AMD x86 core: its prefetchers want fewer, longer streams (matmul_isa.h) */
 
 /* The pool functions below act on the calling thread's current pool (td_pool_use in tinydiff.h).

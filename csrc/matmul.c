@@ -67,7 +67,7 @@
 #include <stdlib.h>
 #include "quant.h"
 
-static int td_batch_invariant = 1;
+int td_batch_invariant = 1;
 
 int td_set_batch_invariant(int on)
 {

@@ -133,6 +133,26 @@ def test_a_batch_of_24_gives_each_prompt_its_own_bits(level, weight_type):
         model.generate_ids(p, 8, temperature=1.0, top_k=0, seed=s) for p, s in zip(PROMPTS, seeds)]
 
 
+@pytest.mark.parametrize("path, weight_type", [("hf/llama-gqa", "f32"), ("hf/llama-gqa", "q4_1"),
+                                               ("arch/gemma3", "f32")])
+def test_a_sequences_rows_in_one_pass_are_its_rows_one_at_a_time(level, path, weight_type):
+    """A prompt of 90 tokens in one pass (prefill), in two passes (a prefix cached, then the rest)
+    and one token a pass (decoding) give every position's logits to the bit: a causal mask's
+    queries take one attention kernel however many come together (gemma3: a sliding window of 4)."""
+    model = tinydiff.load(os.path.join(os.path.dirname(__file__), "fixtures", path))
+    if weight_type != "f32":
+        model = tinydiff.Model(model.config, stored_as(model.weights, weight_type), model.tokenizer)
+    t = model.transformer
+    ids = [(7 * i + 3) % 200 + 5 for i in range(90)]
+    whole = t.forward(np.array([ids]), t.state(96), 0)
+    state = t.state(96)
+    split = np.concatenate([t.forward(np.array([ids[:70]]), state, 0), t.forward(np.array([ids[70:]]), state, 70)])
+    state = t.state(96)
+    one = np.concatenate([t.forward(np.array([[i]]), state, p) for p, i in enumerate(ids)])
+    same_bits(whole, one)
+    same_bits(split, one)
+
+
 def test_the_server_among_many_requests_and_slots_gives_each_its_own_answer(level):
     """The scheduler with 1, 4 and 24 slots, 24 requests at once: each answer is the request's alone."""
     model = fixture_model("bf16")
