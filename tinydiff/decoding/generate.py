@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from ..engine import ledger
 from .sampling import Sampler
 
 PREFILL_ROWS = 512      # rows per prefill pass of a chat turn or a served prompt (llama.cpp's default micro-batch)
@@ -36,6 +37,7 @@ class Timings:
         self.prompt_tokens = self.gen_tokens = 0
         self.prompt_s = self.gen_s = 0.0
         self.first_token_s = None
+        self.speculation = None     # speculative.Counts of a speculative run
 
     def report(self):
         def rate(n, s):
@@ -43,7 +45,8 @@ class Timings:
         ttft = f"{self.first_token_s * 1e3:.2f} ms" if self.first_token_s is not None else "-"
         return (f"prompt eval: {rate(self.prompt_tokens, self.prompt_s)}\n"
                 f"eval:        {rate(self.gen_tokens, self.gen_s)}\n"
-                f"time to first token: {ttft}")
+                f"time to first token: {ttft}"
+                + (f"\n{self.speculation.report()}" if self.speculation is not None else ""))
 
 
 class Request:
@@ -104,6 +107,14 @@ class Decoder:
         ids = np.array([[r.history[-1]] for r in requests])              # [B, 1] the newest token of each
         return self.transformer.forward(ids, self.state, [len(r.history) - 1 for r in requests], last_only=True,
                                         slots=slots)
+
+    def verify(self, request, draft):
+        """One pass of 1 + len(draft) rows: the request's newest token and the drafted ids after it, at
+        positions len(history)-1.. of the State's only sequence; logits [1 + len(draft), V], row i the
+        target's for the token after history + draft[:i] (decoding/speculative.py)."""
+        with ledger.role("verify"):
+            return self.transformer.forward(np.array([[request.history[-1], *draft]]), self.state,
+                                            len(request.history) - 1)
 
     def tokens(self, request, timings=None, cached=0):
         """Yields the request's new ids one by one; the last one is a stop id if it hit one. cached:
