@@ -21,6 +21,7 @@ from .flags import (
     diffusion_sampling,
     load_model,
     refuse_other_modes_flags,
+    speculator,
 )
 
 
@@ -34,7 +35,7 @@ def cmd_generate(args):
         return run_diffusion(args, model, prompt, seed=seed, echo=args.display_prompt)
     timings = Timings()
     pieces = model.stream(prompt, args.n_predict, stop=args.stop, **ar_sampling(args), seed=seed,
-                          truncate=args.truncate, timings=timings)   # checked: nothing printed yet
+                          truncate=args.truncate, timings=timings, draft=speculator(args, model))   # checked: nothing printed yet
     if args.display_prompt:
         _write(prompt)
     for piece in pieces:
@@ -137,6 +138,8 @@ def cmd_chat(args):
     else:
         options = {**ar_sampling(args), "seed": seed}
         model.sampling_params(**options)
+        spec = speculator(args, model, chat.n_ctx)
+        options.update({"draft": spec} if spec else {})
     if args.n_predict >= chat.n_ctx:
         raise UsageError(f"-n/--n-predict {args.n_predict} leaves no room for a message in a context of "
                          f"{chat.n_ctx} positions")
