@@ -219,6 +219,9 @@ def cmd_serve(args):
     limit = model.config.max_position_embeddings
     if args.ctx_size is not None and not 1 <= args.ctx_size <= limit:
         raise UsageError(f"-c/--ctx-size must be in 1..{limit} (the model's context), got {args.ctx_size}")
+    spec = speculator(args, model, args.ctx_size)
     name = os.path.basename(os.path.normpath(model.path))
-    print(f"tinydiff serve: {name} on http://{args.host}:{args.port}/v1 ({args.slots} slots)", file=sys.stderr, flush=True)
-    serve(model, name, args.host, args.port, args.slots, args.ctx_size, args.api_key)
+    draft = f", drafts: {spec.name}" if spec else ""
+    print(f"tinydiff serve: {name} on http://{args.host}:{args.port}/v1 ({args.slots} slots{draft})", file=sys.stderr,
+          flush=True)
+    serve(model, name, args.host, args.port, args.slots, args.ctx_size, args.api_key, spec)

@@ -13,7 +13,7 @@ from ..training.curves import add_curves_arguments, run_curves
 from ..training.evaluate import add_eval_arguments, run_eval
 from ..training.settings import add_train_arguments
 from ..training.train import run_train
-from .flags import add_decoding_args, add_diffusion_args, add_model_args
+from .flags import add_decoding_args, add_diffusion_args, add_draft_args, add_model_args
 from .generate import cmd_chat, cmd_generate, cmd_infill, cmd_serve
 from .perplexity import add_perplexity_arguments, cmd_perplexity
 from .tools import (
@@ -82,6 +82,7 @@ def _serve(sub):
     v.add_argument("-c", "--ctx-size", type=int, default=None,
                    help="positions per request, prompt and answer (default: the model's context, at most 4096)")
     v.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    add_draft_args(v)
     v.set_defaults(run=cmd_serve)
 
 

@@ -108,13 +108,19 @@ class Decoder:
         return self.transformer.forward(ids, self.state, [len(r.history) - 1 for r in requests], last_only=True,
                                         slots=slots)
 
-    def verify(self, request, draft):
-        """One pass of 1 + len(draft) rows: the request's newest token and the drafted ids after it, at
-        positions len(history)-1.. of the State's only sequence; logits [1 + len(draft), V], row i the
-        target's for the token after history + draft[:i] (decoding/speculative.py)."""
+    def verify(self, requests, drafts, slots=None):
+        """One pass for the newest token of each request and the ids drafted after it (drafts[i] for
+        requests[i]), at positions len(history)-1.. of the State's sequence slots[i] (slots None: one
+        request, the only sequence); [logits [1 + len(drafts[i]), V] for each request], row j the
+        target's for the token after history + drafts[i][:j] (decoding/speculative.py)."""
+        rows = [np.array([r.history[-1], *d]) for r, d in zip(requests, drafts)]     # [1 + k_i] each
+        starts = [len(r.history) - 1 for r in requests]
         with ledger.role("verify"):
-            return self.transformer.forward(np.array([[request.history[-1], *draft]]), self.state,
-                                            len(request.history) - 1)
+            if slots is None:
+                logits = self.transformer.forward(rows[0][None], self.state, starts[0])
+            else:
+                logits = self.transformer.forward(rows, self.state, starts, slots=slots)   # [sum of 1 + k_i, V]
+        return np.split(logits, np.cumsum([len(r) for r in rows])[:-1])
 
     def tokens(self, request, timings=None, cached=0):
         """Yields the request's new ids one by one; the last one is a stop id if it hit one. cached:

@@ -78,6 +78,9 @@ class NgramDrafter:
     def __init__(self, ngram_max=NGRAM_MAX):
         self.ngram_max, self.passes = ngram_max, 0
 
+    def fresh(self):
+        return self                     # it keeps nothing between rounds
+
     def draft(self, history, k):
         h = np.asarray(history, np.int64)
         L = len(h)
@@ -101,6 +104,10 @@ class ModelDrafter:
         self.state = transformer.state(self.n_ctx, rows=min(self.n_ctx, PREFILL_ROWS))   # [n_ctx] cache
         self.ids = []                   # the ids whose K/V the cache holds, from position 0
         self.passes = 0
+
+    def fresh(self):
+        """The same drafter with a cache of its own (a server's slot each)."""
+        return ModelDrafter(self.t, self.n_ctx)
 
     def room(self, history, k):
         """Drafts that fit: the catch-up writes len(history) positions, each draft but the last one more."""
@@ -144,6 +151,9 @@ class BlockDrafter(ModelDrafter):
         super().__init__(transformer, n_ctx)
         self.mask_id, self.block_size = mask_id, block_size
 
+    def fresh(self):
+        return BlockDrafter(self.t, self.n_ctx, self.mask_id, self.block_size)
+
     def room(self, history, k):
         return max(0, min(k, self.block_size, self.n_ctx - len(history)))
 
@@ -169,6 +179,10 @@ class Speculator:
     def __init__(self, drafter, draft_max=DRAFT_MAX, name="ngram"):
         self.drafter, self.draft_max, self.name = drafter, draft_max, name
         self.counts = Counts()
+
+    def fresh(self):
+        """A Speculator like this one for another sequence at the same time (its drafter's own cache)."""
+        return Speculator(self.drafter.fresh(), self.draft_max, self.name)
 
     def drafts(self, request, room):
         """The drafts of the request's next round: at most draft_max, none past its last new token
@@ -214,7 +228,7 @@ class Speculator:
             t0 = time.perf_counter()
             room = min(n_ctx - len(request.history), decoder.state.buf.n_max - 1)
             draft = self.drafts(request, room)
-            logits = decoder.verify(request, draft)                      # [k+1, V]
+            (logits,) = decoder.verify([request], [draft])               # [k+1, V]
             tokens, done = self.take(request, logits, draft)
             timings.gen_tokens += len(tokens)
             timings.gen_s += time.perf_counter() - t0
