@@ -16,6 +16,9 @@ other way, the lead's issue 40). The machine is noisy: compare ratios within one
 import argparse
 import os
 import statistics
+import time
+
+import numpy as np
 
 import tinydiff
 from tinydiff.decoding.generate import Timings
@@ -47,6 +50,24 @@ def case(label, model, ids, n, draft, draft_max, repeat):
           f"{'yes' if same else 'NO'}", flush=True)
 
 
+def pass_cost(label, model, rows=(1, 2, 3, 5, 9), repeat=5):
+    """What a verify pass of r rows costs in decode steps (1-row passes) on this model, interleaved:
+    speculation pays when tokens per pass exceed the cost of its pass (plus the drafter's)."""
+    t = model.transformer
+    state = t.state(256, rows=128)
+    t.forward(np.arange(1, 101)[None], state, 0, last_only=True)
+    times = {r: [] for r in rows}
+    for _ in range(repeat):
+        for r in rows:
+            t0 = time.perf_counter()
+            for _ in range(10):
+                t.forward(np.arange(5, 5 + r)[None], state, 100)
+            times[r].append(time.perf_counter() - t0)
+    one = statistics.median(times[1])
+    print(f"{label}: a pass of r rows costs " + ", ".join(f"r={r}: {statistics.median(times[r]) / one:.2f}"
+                                                           for r in rows) + " decode steps")
+
+
 def summarise_prompt(model, data):
     with open(data, encoding="utf-8") as f:
         paragraphs = [p.strip() for p in f.read().split("\n\n") if len(p.strip()) > 400]
@@ -58,7 +79,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=128, help="tokens generated a run")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each, interleaved")
-    ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--draft-max", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("-t", "--threads", type=int, default=None)
     ap.add_argument("--smollm", default="/tmp/models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--data", default=DATA)
@@ -69,14 +90,20 @@ def main():
     ar = tinydiff.load("stories5m-ar", threads=a.threads)
     bd = tinydiff.load("stories5m-bd", threads=a.threads)
     ids = ar.encode_prompt("Once upon a time, there was a little girl named Lily. She loved to play outside.")
-    case("stories5m-ar, --draft ngram", ar, ids, a.n, "ngram", a.draft_max, a.repeat)
-    case("stories5m-ar, --draft stories5m-bd", ar, ids, a.n, ar.speculator(bd, a.draft_max), a.draft_max, a.repeat)
+    for k in a.draft_max:
+        case(f"stories5m-ar, --draft ngram --draft-max {k}", ar, ids, a.n, "ngram", k, a.repeat)
+        case(f"stories5m-ar, --draft stories5m-bd --draft-max {k}", ar, ids, a.n, ar.speculator(bd, k), k, a.repeat)
+    sm = None
     if os.path.exists(a.smollm) and os.path.exists(a.data):
         sm = tinydiff.load(a.smollm, threads=a.threads)
-        case("SmolLM2-135M Q4_1, summarise, --draft ngram", sm, summarise_prompt(sm, a.data), a.n, "ngram",
-             a.draft_max, a.repeat)
+        for k in a.draft_max:
+            case(f"SmolLM2 Q4_1, summarise, --draft ngram --draft-max {k}", sm, summarise_prompt(sm, a.data), a.n,
+                 "ngram", k, a.repeat)
     else:
         print(f"(no {a.smollm} or {a.data}: the SmolLM2 case is skipped)")
+    pass_cost("stories5m-ar", ar)
+    if sm is not None:
+        pass_cost("SmolLM2 Q4_1", sm)
 
 
 if __name__ == "__main__":

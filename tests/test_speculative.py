@@ -34,11 +34,12 @@ def speculate(model, ids, n, draft, draft_max=8, **sampling):
 
 
 def test_prompt_lookup_drafts_what_followed_the_latest_longest_match():
-    d = NgramDrafter(ngram_max=3)
+    d = NgramDrafter(ngram_max=3, ngram_min=1)
     assert d.draft([1, 2, 3, 4, 9, 2, 3, 5, 7, 2, 3], 2) == [5, 7]        # "2 3" last seen before 5 7
     assert d.draft([1, 2, 3, 4, 9, 1, 2, 3], 4) == [4, 9, 1, 2]          # the 3-gram beats the later "3"
     assert d.draft([1, 2, 3], 4) == [] and d.draft([4], 4) == []         # no earlier occurrence
     assert d.draft([7, 7, 7], 3) == [7]                                   # the tokens that exist after it
+    assert NgramDrafter(3, 2).draft([1, 2, 3, 4, 9, 2, 8, 3], 4) == []    # a 1-token match drafts nothing
 
 
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen2-bias", "llama3-rope", "mistral"])
@@ -162,7 +163,9 @@ def test_generate_with_a_draft_prints_the_same_text_and_its_counts(capsys):
     (["--draft", "/no/such/model"], ["--draft /no/such/model", "no such"]),
     (["--draft", "stories5m-ar"], ["vocabulary", "stories5m-ar", "llama-gqa"]),
     (["--draft-max", "4"], ["--draft-max", "--draft"]),
-    (["--draft", "ngram", "--draft-ngram", "0"], ["--draft-ngram", "got 0"]),
+    (["--draft", "ngram", "--draft-ngram-min", "0"], ["--draft-ngram-min", "got 0"]),
+    (["--draft", "ngram", "--draft-ngram-min", "5"], ["min <= max", "got 5 and 4"]),
+    (["--draft", "stories5m-ar", "--draft-ngram-max", "2"], ["--draft-ngram-max", "--draft ngram"]),
 ])
 def test_bad_draft_flags_are_one_line_usage_errors(capsys, argv, words):
     assert main(["generate", "-m", os.path.join(HF, "llama-gqa"), "-p", "a b", "-n", "4"] + argv) == 2

@@ -18,7 +18,7 @@ from .decoding import diffusion
 from .decoding.canvas import MASK_NAMES, mask_token_id, parse_holes
 from .decoding.diffusion import Options
 from .decoding.generate import DEFAULT_CTX, Decoder, Request, Timings, decode_batch, decode_tokens, stream_text
-from .decoding.speculative import DRAFT_MAX, NGRAM_MAX, NgramDrafter, Speculator, model_speculator
+from .decoding.speculative import DRAFT_MAX, NGRAM_MAX, NGRAM_MIN, NgramDrafter, Speculator, model_speculator
 from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
@@ -383,13 +383,13 @@ class Model:
                           rows=max(len(request.ids), spec.draft_max + 1))
         return spec.tokens(decoder, request, timings)
 
-    def speculator(self, draft, draft_max=None, n_ctx=None, ngram=None):
+    def speculator(self, draft, draft_max=None, n_ctx=None, ngram=(None, None)):
         """A checked decoding.speculative.Speculator for this (autoregressive) model. draft: "ngram"
         (prompt lookup), a smaller model with the same vocabulary (a Model, or its folder, .gguf file or
         shipped name: causal, or block diffusion as stories5m-bd), or a Speculator (returned as it is);
         draft_max: the most drafts a verify pass (default 8, at most the context less one); n_ctx: the
         positions a drafter model's cache takes (default its context, at most 4096); ngram: "ngram"'s
-        longest n-gram (default 4)."""
+        shortest and longest n-gram looked up, (min, max) (default 3 and 4), None for a default."""
         if isinstance(draft, Speculator):
             return draft
         if not self.config.causal:
@@ -400,9 +400,11 @@ class Model:
         if not is_integer(draft_max) or not 1 <= draft_max < limit:
             raise UsageError(f"--draft-max must be an integer in 1..{limit - 1} (the context less one), got {draft_max!r}")
         if draft == "ngram":
-            if ngram is not None and not (is_integer(ngram) and ngram >= 1):
-                raise UsageError(f"--draft-ngram must be an integer >= 1, got {ngram!r}")
-            return Speculator(NgramDrafter(ngram or NGRAM_MAX), draft_max, "ngram")
+            lo, hi = (NGRAM_MIN if ngram[0] is None else ngram[0]), (NGRAM_MAX if ngram[1] is None else ngram[1])
+            if not (is_integer(lo) and is_integer(hi) and 1 <= lo <= hi):
+                raise UsageError(f"--draft-ngram-min and --draft-ngram-max must be integers with 1 <= min <= max, "
+                                 f"got {lo!r} and {hi!r}")
+            return Speculator(NgramDrafter(hi, lo), draft_max, "ngram")
         drafter = draft if isinstance(draft, Model) else self._draft_model(draft)
         a, b = self.tokenizer, drafter.tokenizer   # the drafter's ids are read as the target's own: the same tokens
         if self.config.vocab_size != drafter.config.vocab_size or (a is not None and b is not None

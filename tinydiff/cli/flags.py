@@ -10,7 +10,7 @@ from ..model import default_model_path, load
 
 # flags that only one mode reads: given in the other, they are refused rather than ignored
 AR_ONLY = {"truncate": "--truncate", "min_p": "--min-p", "draft": "--draft", "draft_max": "--draft-max",
-           "draft_ngram": "--draft-ngram"}
+           "draft_ngram_min": "--draft-ngram-min", "draft_ngram_max": "--draft-ngram-max"}
 
 
 def add_model_args(p):
@@ -118,24 +118,28 @@ def add_draft_args(p):
                         "and the text so far) or a smaller model with the same vocabulary (causal, or block "
                         "diffusion as stories5m-bd); the output is the one without it, token for token")
     d.add_argument("--draft-max", type=int, default=None, help="most tokens drafted a verify pass (default 8)")
-    d.add_argument("--draft-ngram", type=int, default=None,
-                   help="--draft ngram: the longest n-gram looked up, tried from N down to 1 (default 4)")
+    d.add_argument("--draft-ngram-max", type=int, default=None,
+                   help="--draft ngram: the longest n-gram looked up, tried from it down (default 4)")
+    d.add_argument("--draft-ngram-min", type=int, default=None,
+                   help="--draft ngram: the shortest n-gram that drafts (default 3: shorter matches draft mostly "
+                        "wrong tokens, each a row of the verify pass)")
 
 
 def speculator(args, model, n_ctx=None):
-    """The Speculator --draft names (Model.speculator checks it), or None; --draft-max and --draft-ngram
-    only with the --draft they tune."""
-    given = [flag for name, flag in (("draft_max", "--draft-max"), ("draft_ngram", "--draft-ngram"))
-             if getattr(args, name, None) is not None]
+    """The Speculator --draft names (Model.speculator checks it), or None; --draft-max and the n-gram
+    sizes only with the --draft they tune."""
+    ngram = (args.draft_ngram_min, args.draft_ngram_max)
+    given = [flag for name, flag in (("draft_max", "--draft-max"), ("draft_ngram_min", "--draft-ngram-min"),
+                                     ("draft_ngram_max", "--draft-ngram-max")) if getattr(args, name) is not None]
     if args.draft is None and given:
         raise UsageError(f"{given[0]} tunes --draft: give --draft ngram or --draft MODEL with it")
-    if args.draft_ngram is not None and args.draft != "ngram":
-        raise UsageError("--draft-ngram is the n-gram size of --draft ngram")
+    if ngram != (None, None) and args.draft != "ngram":
+        raise UsageError(f"{[g for g in given if 'ngram' in g][0]} is an n-gram size of --draft ngram")
     if args.draft is None:
         return None
     if args.draft == "":
         raise UsageError("--draft is empty: give 'ngram' or a model folder, .gguf file or shipped model's name")
-    return model.speculator(args.draft, args.draft_max, n_ctx, args.draft_ngram)
+    return model.speculator(args.draft, args.draft_max, n_ctx, ngram)
 
 
 def refuse_other_modes_flags(args, mode):

@@ -52,7 +52,10 @@ from .generate import PREFILL_ROWS, Timings
 DRAFT_MAX = 8       # drafts a round: a 9-row pass still costs about one decode step on a small model (it stays
                     # memory-bound, 0.5 FLOP/byte a row in f32), a rejected draft wastes at most 8 rows, and
                     # f32 kernels compute up to 15 rows of a pass as one (the GEMM starts at 16): exact today
-NGRAM_MAX = 4       # prompt lookup tries the last 4..1 tokens (llama.cpp's LLAMA_NGRAM_MAX)
+NGRAM_MAX = 4       # prompt lookup tries the last 4..3 tokens: 4 is llama.cpp's LLAMA_NGRAM_MAX; matches of 1
+NGRAM_MIN = 3       # or 2 tokens draft mostly wrong continuations whose rows a verify pass pays for (SmolLM2
+                    # summarising, drafts up to 8: min 1 took 14% of its drafts and ran at 0.72x plain decoding,
+                    # min 2 49% and 1.26x, min 3 62% and 1.32x; bench/bench_speculative.py)
 
 
 class Counts:
@@ -72,11 +75,12 @@ class Counts:
 
 class NgramDrafter:
     """Prompt lookup (llama.cpp's lookup decoding, transformers' prompt_lookup_num_tokens): the longest
-    n-gram ending the history (n from ngram_max down to 1) that also occurs earlier in it; the drafts
-    are the tokens that followed its latest earlier occurrence. No model, no passes."""
+    n-gram ending the history (n from ngram_max down to ngram_min) that also occurs earlier in it; the
+    drafts are the tokens that followed its latest earlier occurrence (none without a match). No
+    model, no passes."""
 
-    def __init__(self, ngram_max=NGRAM_MAX):
-        self.ngram_max, self.passes = ngram_max, 0
+    def __init__(self, ngram_max=NGRAM_MAX, ngram_min=NGRAM_MIN):
+        self.ngram_max, self.ngram_min, self.passes = ngram_max, ngram_min, 0
 
     def fresh(self):
         return self                     # it keeps nothing between rounds
@@ -84,7 +88,7 @@ class NgramDrafter:
     def draft(self, history, k):
         h = np.asarray(history, np.int64)
         L = len(h)
-        for n in range(min(self.ngram_max, L - 1), 0, -1):
+        for n in range(min(self.ngram_max, L - 1), self.ngram_min - 1, -1):
             starts = sliding_window_view(h[:L - 1], n)                   # [L-n, n] n-grams a token follows
             hits = np.flatnonzero((starts == h[L - n:]).all(axis=1))
             if hits.size:
