@@ -212,3 +212,18 @@ def test_served_requests_speculating_in_their_slots_get_what_they_get_alone(draf
     assert [list(s) for s in seqs] == [model.generate_ids(p, n, temperature=0.8, top_k=0, seed=i)
                                        for i, (p, n) in enumerate(zip(prompts, steps))]
     assert scheduler.steps < scheduler.generated - len(prompts)          # some passes gave more than one token
+
+
+def test_cost_books_the_verify_and_draft_passes_as_what_they_are(capsys, monkeypatch):
+    from tinydiff.measure import roofline
+    machine = roofline.Roofline(mem_gbs=10.0, llc_gbs=40.0, peak_gflops=100.0, balance=10.0, llc_balance=2.5,
+                                cpu="test cpu", threads=1, simd="c", when="now")
+    monkeypatch.setattr(roofline, "load_or_measure", lambda threads=None, remeasure=False: machine)   # measure nothing
+    model = os.path.join(HF, "llama-gqa")
+    assert main(["cost", "-m", model, "-n", "12", "-p", "a b a b", "--draft", os.path.join(HF, "mistral"),
+                 "--draft-max", "3"]) == 0
+    out = capsys.readouterr().out
+    note = next(line for line in out.splitlines() if line.startswith("  autoregressive, --draft mistral k=3:"))
+    assert "1 prefill, " in note and " verify (" in note and " draft passes; " in note and "rejected" in note
+    assert main(["cost", "-m", model, "--draft-max", "3"]) == 2
+    assert "--draft-max tunes --draft" in capsys.readouterr().err

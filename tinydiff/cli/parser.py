@@ -133,6 +133,7 @@ def _cost(sub):
     c.add_argument("-n", "--n-predict", type=int, default=64, help="tokens to generate (default 64)")
     c.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     add_diffusion_args(c, visual=False)
+    add_draft_args(c)
     c.add_argument("--type", default=None, metavar="T1,T2,...",
                    help="also run with the matrices stored as these weight types (f32,f16,bf16,q8_0,q4_0), "
                         "quantized in memory: bytes per token fall with the type, a large step's time much less")
