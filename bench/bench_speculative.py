@@ -82,6 +82,8 @@ def main():
     ap.add_argument("--draft-max", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("-t", "--threads", type=int, default=None)
     ap.add_argument("--smollm", default="/tmp/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--smollm-f32", default="/tmp/models/SmolLM2-135M-Instruct-f32.gguf",
+                    help="its F32 copy, whose kernels compute a row of a small pass as a 1-row pass does")
     ap.add_argument("--data", default=DATA)
     a = ap.parse_args()
     print(f"{'case':46s} {'plain':>8s} {'spec':>8s} {'ratio':>7s} {'acc/pass':>9s} {'tok/pass':>9s} "
@@ -101,6 +103,11 @@ def main():
                  "ngram", k, a.repeat)
     else:
         print(f"(no {a.smollm} or {a.data}: the SmolLM2 case is skipped)")
+    if os.path.exists(a.smollm_f32) and os.path.exists(a.data):
+        f32 = tinydiff.load(a.smollm_f32, threads=a.threads)
+        k = max(a.draft_max)
+        case(f"SmolLM2 F32, summarise, --draft ngram --draft-max {k}", f32, summarise_prompt(f32, a.data), a.n,
+             "ngram", k, a.repeat)
     pass_cost("stories5m-ar", ar)
     if sm is not None:
         pass_cost("SmolLM2 Q4_1", sm)

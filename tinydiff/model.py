@@ -18,7 +18,7 @@ from .decoding import diffusion
 from .decoding.canvas import MASK_NAMES, mask_token_id, parse_holes
 from .decoding.diffusion import Options
 from .decoding.generate import DEFAULT_CTX, Decoder, Request, Timings, decode_batch, decode_tokens, stream_text
-from .decoding.speculative import DRAFT_MAX, NGRAM_MAX, NGRAM_MIN, NgramDrafter, Speculator, model_speculator
+from .decoding.speculative import DRAFT_MAX, Speculator, model_speculator, ngram_speculator
 from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
@@ -400,11 +400,7 @@ class Model:
         if not is_integer(draft_max) or not 1 <= draft_max < limit:
             raise UsageError(f"--draft-max must be an integer in 1..{limit - 1} (the context less one), got {draft_max!r}")
         if draft == "ngram":
-            lo, hi = (NGRAM_MIN if ngram[0] is None else ngram[0]), (NGRAM_MAX if ngram[1] is None else ngram[1])
-            if not (is_integer(lo) and is_integer(hi) and 1 <= lo <= hi):
-                raise UsageError(f"--draft-ngram-min and --draft-ngram-max must be integers with 1 <= min <= max, "
-                                 f"got {lo!r} and {hi!r}")
-            return Speculator(NgramDrafter(hi, lo), draft_max, "ngram")
+            return ngram_speculator(ngram, draft_max)
         drafter = draft if isinstance(draft, Model) else self._draft_model(draft)
         a, b = self.tokenizer, drafter.tokenizer   # the drafter's ids are read as the target's own: the same tokens
         if self.config.vocab_size != drafter.config.vocab_size or (a is not None and b is not None

@@ -44,14 +44,15 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..engine import ledger
-from ..errors import UsageError
 from ..engine.masks import CAUSAL
+from ..errors import UsageError, is_integer
 from .diffusion import block_logits
 from .generate import PREFILL_ROWS, Timings
 
-DRAFT_MAX = 8       # drafts a round: a 9-row pass still costs about one decode step on a small model (it stays
-                    # memory-bound, 0.5 FLOP/byte a row in f32), a rejected draft wastes at most 8 rows, and
-                    # f32 kernels compute up to 15 rows of a pass as one (the GEMM starts at 16): exact today
+DRAFT_MAX = 8       # drafts a round (llama.cpp's --draft-max is 16): prompt lookup drafts only as far as a match's
+                    # continuation goes, so the bound matters where text repeats; a 9-row pass costs ~3 decode
+                    # steps with today's kernels (bench/bench_speculative.py), 17 rows more; k = 4 and 8 ran
+                    # alike on SmolLM2 summarising, and f32's GEMM changes its rounding from 16 rows
 NGRAM_MAX = 4       # prompt lookup tries the last 4..3 tokens: 4 is llama.cpp's LLAMA_NGRAM_MAX; matches of 1
 NGRAM_MIN = 3       # or 2 tokens draft mostly wrong continuations whose rows a verify pass pays for (SmolLM2
                     # summarising, drafts up to 8: min 1 took 14% of its drafts and ran at 0.72x plain decoding,
@@ -237,6 +238,15 @@ class Speculator:
             timings.gen_tokens += len(tokens)
             timings.gen_s += time.perf_counter() - t0
             yield from tokens
+
+
+def ngram_speculator(ngram, draft_max):
+    """The Speculator of prompt lookup; ngram: (shortest, longest) n-gram, None for a default."""
+    lo, hi = (NGRAM_MIN if ngram[0] is None else ngram[0]), (NGRAM_MAX if ngram[1] is None else ngram[1])
+    if not (is_integer(lo) and is_integer(hi) and 1 <= lo <= hi):
+        raise UsageError(f"--draft-ngram-min and --draft-ngram-max must be integers with 1 <= min <= max, "
+                         f"got {lo!r} and {hi!r}")
+    return Speculator(NgramDrafter(hi, lo), draft_max, "ngram")
 
 
 def model_speculator(transformer, mask_id, n_ctx, draft_max, name):
