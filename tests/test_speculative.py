@@ -42,6 +42,25 @@ def test_prompt_lookup_drafts_what_followed_the_latest_longest_match():
     assert NgramDrafter(3, 2).draft([1, 2, 3, 4, 9, 2, 8, 3], 4) == []    # a 1-token match drafts nothing
 
 
+def _lookup_by_definition(h, k, lo, hi):
+    """Prompt lookup as its definition reads: for n = hi..lo, the latest earlier n-gram equal to the last n."""
+    for n in range(min(hi, len(h) - 1), lo - 1, -1):
+        hits = [i for i in range(len(h) - n) if h[i:i + n] == h[len(h) - n:]]
+        if hits:
+            return h[hits[-1] + n:hits[-1] + n + k]
+    return []
+
+
+def test_prompt_lookup_equals_its_definition_on_random_histories():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        h = rng.integers(0, int(rng.integers(2, 6)), int(rng.integers(1, 40))).tolist()
+        lo = int(rng.integers(1, 4))
+        hi = lo + int(rng.integers(0, 3))
+        k = int(rng.integers(1, 6))
+        assert NgramDrafter(hi, lo).draft(h, k) == _lookup_by_definition(h, k, lo, hi), (h, k, lo, hi)
+
+
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen2-bias", "llama3-rope", "mistral"])
 def test_greedy_and_sampled_output_equal_plain_decoding_token_for_token(name):
     model = tinydiff.load(os.path.join(HF, name))

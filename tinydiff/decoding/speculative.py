@@ -41,7 +41,6 @@ drafter's passes with the role "draft", and each round's drafted and accepted co
 import time
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from ..engine import ledger
 from ..engine.masks import CAUSAL
@@ -88,14 +87,17 @@ class NgramDrafter:
 
     def draft(self, history, k):
         h = np.asarray(history, np.int64)
-        L = len(h)
-        for n in range(min(self.ngram_max, L - 1), self.ngram_min - 1, -1):
-            starts = sliding_window_view(h[:L - 1], n)                   # [L-n, n] n-grams a token follows
-            hits = np.flatnonzero((starts == h[L - n:]).all(axis=1))
-            if hits.size:
-                follow = hits[-1] + n                                    # the latest: the most recent context
-                return h[follow:follow + k].tolist()
-        return []
+        last = len(h) - 1
+        best, follow = 0, None
+        for end in np.flatnonzero(h[:last] == h[last])[::-1].tolist():  # earlier copies of the last token, latest first
+            n = 1
+            while n < self.ngram_max and end - n >= 0 and h[end - n] == h[last - n]:
+                n += 1
+            if n > best:                                                 # longer; of equal ones the latest stays
+                best, follow = n, end + 1
+                if n == self.ngram_max:
+                    break
+        return h[follow:follow + k].tolist() if best >= self.ngram_min else []
 
 
 class ModelDrafter:
