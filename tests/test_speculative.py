@@ -246,3 +246,23 @@ def test_cost_books_the_verify_and_draft_passes_as_what_they_are(capsys, monkeyp
     assert "1 prefill, " in note and " verify (" in note and " draft passes; " in note and "rejected" in note
     assert main(["cost", "-m", model, "--draft-max", "3"]) == 2
     assert "--draft-max tunes --draft" in capsys.readouterr().err
+
+
+def test_the_server_with_a_drafter_answers_as_without_one(capsys):
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+    from tinydiff.serve.server import make_app
+    model = tinydiff.load(os.path.join(HF, "llama-gqa"))
+    spec = model.speculator(tinydiff.load(os.path.join(HF, "mistral")), 4)
+    client = TestClient(make_app(model, "plain", slots=2, speculator=spec))
+    for body in ({"prompt": [5, 6, 7, 5, 6], "max_tokens": 20, "temperature": 0},
+                 {"prompt": "a b a b", "max_tokens": 16, "temperature": 0.9, "top_k": 0, "seed": 4}):
+        r = client.post("/v1/completions", json=body)
+        ids = body["prompt"] if isinstance(body["prompt"], list) else model.encode_prompt(body["prompt"])
+        sampling = {k: v for k, v in body.items() if k in ("temperature", "top_k", "seed")}
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["text"] == model.text(model.generate_ids(ids, body["max_tokens"], **sampling))
+    assert main(["serve", "-m", os.path.join(HF, "llama-gqa"), "--draft-max", "3"]) == 2
+    assert "--draft-max tunes --draft" in capsys.readouterr().err
+    assert main(["serve", "-m", os.path.join(HF, "llama-gqa"), "--draft", "stories5m-ar"]) == 2
+    assert "vocabulary" in capsys.readouterr().err
