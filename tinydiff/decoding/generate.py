@@ -6,7 +6,8 @@ the next token and says whether the request has ended. A Decoder is a Transforme
 (engine/transformer.py) with one run State (KV cache, buffers) and the two passes over the State's
 sequences: prefill() runs a request's prompt into one of them, step() runs ONE decode pass for the
 newest token of any set of running requests, each at its own position, and gives a row of logits
-for each. Every loop is a loop over these: decode_tokens (one request, a State sized to it),
+for each; verify() is step() with drafted ids after each newest token, a row of logits for every
+one (speculative.py's verify pass). Every loop is a loop over these: decode_tokens (one request, a State sized to it),
 decode_batch (a fixed set, one pass a step for all), a chat's turns (chat.py: one State across
 turns, its cache already holding the conversation's first ids) and the server's scheduler
 (serve/scheduler.py: requests joining and leaving a paged State at any step). Text comes out as
