@@ -49,9 +49,11 @@ class Chat:
         self.decoder = None     # its run State: made at the first autoregressive turn
         self.last_prefill = 0   # positions the last turn prefilled (what the cache saved shows here)
 
-    def send(self, text, max_new_tokens=256, on_step=None, **options):
+    def send(self, text, max_new_tokens=256, on_step=None, draft=None, draft_max=None, **options):
         """Yields the answer to the user's text as pieces; the turn joins the conversation when the
         answer ends (or is cut short). options: sampling (autoregressive) or denoising options;
+        draft, draft_max: speculative decoding, as Model.speculator takes them (give a Speculator made
+        once, model.speculator(...), to keep a drafter model's cache across turns);
         on_step (masked diffusion): called after every step, as Model.denoise_ids calls it. Every
         check is made before the first piece is asked for (an autoregressive turn's by
         Model.request); self.ids is then the rendered conversation the answer follows."""
@@ -68,10 +70,13 @@ class Chat:
             raise UsageError(f"the conversation ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
                              f"context of {self.n_ctx} positions: /reset it, or ask for fewer tokens")
         if causal:
+            spec = None if draft is None else self.model.speculator(draft, draft_max, self.n_ctx)
             request = self.model.request(ids, max_new_tokens, self.model.sampling_params(**options), n_ctx=self.n_ctx)
+        elif draft is not None:
+            spec = self.model.speculator(draft, draft_max)      # refuses a masked-diffusion model in one line
         self.ids = ids
         if causal:
-            answer = self._generate(request)
+            answer = self._generate(request, spec)
         else:
             answer = self._denoise(ids, max_new_tokens, on_step, options)
         self._turn = self._record(messages, answer)
@@ -95,7 +100,7 @@ class Chat:
                 self.messages = messages + [{"role": "assistant", "content": "".join(said)}]
             self._turn = None
 
-    def _generate(self, request):
+    def _generate(self, request, spec):
         model, ids = self.model, request.ids
         if self.decoder is None:
             self.decoder = model.decoder(self.n_ctx, rows=PREFILL_ROWS)
@@ -103,7 +108,10 @@ class Chat:
         same = min(same, len(ids) - 1)           # the last prompt id is run, for the first answer's logits
         self.last_prefill = len(ids) - same
         self.cached = list(ids[:same])
-        tokens = self.decoder.tokens(request, cached=same)
+        if spec is None:
+            tokens = self.decoder.tokens(request, cached=same)
+        else:                                    # a verify round for each decode step, the same tokens
+            tokens = spec.tokens(self.decoder, request, cached=same)
         return stream_text(model.tokenizer, self._cache_as_run(ids, tokens), model.stop_ids, None)
 
     def _cache_as_run(self, ids, tokens):

@@ -17,7 +17,8 @@ import numpy as np
 from .decoding import diffusion
 from .decoding.canvas import MASK_NAMES, mask_token_id, parse_holes
 from .decoding.diffusion import Options
-from .decoding.generate import Decoder, Request, Timings, decode_batch, decode_tokens, stream_text
+from .decoding.generate import DEFAULT_CTX, Decoder, Request, Timings, decode_batch, decode_tokens, stream_text
+from .decoding.speculative import DRAFT_MAX, Speculator, model_speculator, ngram_speculator
 from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
@@ -372,17 +373,60 @@ class Model:
         keeps one across requests (a Chat, the server's Scheduler)."""
         return Decoder(self.transformer, n_ctx, batch, rows, pages)
 
-    def generate_tokens(self, ids, max_new_tokens=128, *, truncate=False, timings=None, **sampling):
+    def generate_tokens(self, ids, max_new_tokens=128, *, truncate=False, timings=None, draft=None, draft_max=None,
+                        **sampling):
         """Yields new ids one at a time (the last one is EOS if the model produced it). sampling:
         the fields of decoding.sampling.SamplingParams (temperature, top_k, top_p, min_p,
         repeat_penalty, repeat_last_n, seed); those not given come from the model's
         generation_config.json when it sets do_sample (config.with_generation_config), else
-        llama.cpp's defaults."""
+        llama.cpp's defaults. draft: speculative decoding (speculator() says what it takes), the
+        same ids as without it (decoding/speculative.py)."""
         self._check_causal()
+        spec = None if draft is None else self.speculator(draft, draft_max)
         request = self.request(ids, max_new_tokens, self.sampling_params(**sampling), truncate=truncate)
         if timings is not None and not isinstance(timings, Timings):
             raise UsageError(f"timings must be a decoding.generate.Timings, got {type(timings).__name__}")
-        return decode_tokens(self.transformer, request, timings)
+        if spec is None:
+            return decode_tokens(self.transformer, request, timings)
+        decoder = Decoder(self.transformer, len(request.ids) + max_new_tokens,
+                          rows=max(len(request.ids), spec.draft_max + 1))
+        return spec.tokens(decoder, request, timings)
+
+    def speculator(self, draft, draft_max=None, n_ctx=None, ngram=(None, None)):
+        """A checked decoding.speculative.Speculator for this (autoregressive) model. draft: "ngram"
+        (prompt lookup), a smaller model with the same vocabulary (a Model, or its folder, .gguf file or
+        shipped name: causal, or block diffusion as stories5m-bd), or a Speculator (returned as it is);
+        draft_max: the most drafts a verify pass (default 8, at most the context less one); n_ctx: the
+        positions a drafter model's cache takes (default its context, at most 4096); ngram: "ngram"'s
+        shortest and longest n-gram looked up, (min, max) (default 3 and 4), None for a default."""
+        if isinstance(draft, Speculator):
+            return draft
+        if not self.config.causal:
+            raise UsageError(f"--draft (speculative decoding) is for autoregressive models; {self.path or 'this model'} "
+                             "is a masked-diffusion model")
+        limit = self.config.max_position_embeddings
+        draft_max = DRAFT_MAX if draft_max is None else draft_max
+        if not is_integer(draft_max) or not 1 <= draft_max < limit:
+            raise UsageError(f"--draft-max must be an integer in 1..{limit - 1} (the context less one), got {draft_max!r}")
+        if draft == "ngram":
+            return ngram_speculator(ngram, draft_max)
+        drafter = draft if isinstance(draft, Model) else self._draft_model(draft)
+        a, b = self.tokenizer, drafter.tokenizer   # the drafter's ids are read as the target's own: the same tokens
+        if self.config.vocab_size != drafter.config.vocab_size or (a is not None and b is not None
+                                                                    and list(a.tokens) != list(b.tokens)):
+            raise UsageError(f"--draft {drafter.path}: its vocabulary ({drafter.config.vocab_size} ids) is not the "
+                             f"one of {self.path} ({self.config.vocab_size} ids): a drafter needs the same tokens")
+        return model_speculator(drafter.transformer, drafter.mask_id, n_ctx or min(limit, DEFAULT_CTX), draft_max,
+                                drafter.path)
+
+    def _draft_model(self, name):
+        if not isinstance(name, (str, os.PathLike)):
+            raise UsageError(f"draft must be 'ngram', a Model or a model's path, got {type(name).__name__}")
+        path = model_path(name)
+        if not os.path.exists(path):
+            raise UsageError(f"--draft {os.fspath(name)}: no such model file or folder (nor 'ngram', nor a shipped "
+                             "model's name)")
+        return load(path, threads=self.pool.threads)
 
     def sampling_params(self, **sampling):
         """SamplingParams from the options given, the model's defaults (generation_config.json's,
@@ -415,7 +459,7 @@ class Model:
         """Yields the completion as text pieces while it is generated. stop: a string or a list of
         them; the completion ends before the first one."""
         stop = _stop_strings(stop)
-        tokens = self.generate_tokens(self.encode_prompt(prompt), max_new_tokens, **sampling)
+        tokens = self.generate_tokens(self.encode_prompt(prompt), max_new_tokens, **sampling)   # draft= too
         return stream_text(self.tokenizer, tokens, self.stop_ids, stop)
 
     def generate(self, prompt, max_new_tokens=128, stop=None, **sampling):

@@ -9,7 +9,8 @@ from ..errors import UsageError
 from ..model import default_model_path, load, set_batch_invariant
 
 # flags that only one mode reads: given in the other, they are refused rather than ignored
-AR_ONLY = {"truncate": "--truncate", "min_p": "--min-p"}
+AR_ONLY = {"truncate": "--truncate", "min_p": "--min-p", "draft": "--draft", "draft_max": "--draft-max",
+           "draft_ngram_min": "--draft-ngram-min", "draft_ngram_max": "--draft-ngram-max"}
 
 
 def add_model_args(p, runs=True):
@@ -111,11 +112,44 @@ def diffusion_options(args):
 
 
 def add_decoding_args(p):
-    """--mode, then the sampling and denoising flags: how generate and chat decode."""
+    """--mode, then the sampling, speculative and denoising flags: how generate and chat decode."""
     p.add_argument("--mode", choices=["ar", "diffusion"], default=None,
                    help="autoregressive or masked diffusion (default: what the model was trained for)")
     add_sampling_args(p)
+    add_draft_args(p)
     add_diffusion_args(p)
+
+
+def add_draft_args(p):
+    """Speculative decoding (decoding/speculative.py): the same output, fewer passes when drafts are taken."""
+    d = p.add_argument_group("speculative decoding (autoregressive)")
+    d.add_argument("--draft", default=None, metavar="ngram|MODEL",
+                   help="draft tokens and verify them in one pass: 'ngram' (prompt lookup: copied from the prompt "
+                        "and the text so far) or a smaller model with the same vocabulary (causal, or block "
+                        "diffusion as stories5m-bd); the output is the one without it, token for token")
+    d.add_argument("--draft-max", type=int, default=None, help="most tokens drafted a verify pass (default 8)")
+    d.add_argument("--draft-ngram-max", type=int, default=None,
+                   help="--draft ngram: the longest n-gram looked up, tried from it down (default 4)")
+    d.add_argument("--draft-ngram-min", type=int, default=None,
+                   help="--draft ngram: the shortest n-gram that drafts (default 3: shorter matches draft mostly "
+                        "wrong tokens, each a row of the verify pass)")
+
+
+def speculator(args, model, n_ctx=None):
+    """The Speculator --draft names (Model.speculator checks it), or None; --draft-max and the n-gram
+    sizes only with the --draft they tune."""
+    ngram = (args.draft_ngram_min, args.draft_ngram_max)
+    given = [flag for name, flag in (("draft_max", "--draft-max"), ("draft_ngram_min", "--draft-ngram-min"),
+                                     ("draft_ngram_max", "--draft-ngram-max")) if getattr(args, name) is not None]
+    if args.draft is None and given:
+        raise UsageError(f"{given[0]} tunes --draft: give --draft ngram or --draft MODEL with it")
+    if ngram != (None, None) and args.draft != "ngram":
+        raise UsageError(f"{[g for g in given if 'ngram' in g][0]} is an n-gram size of --draft ngram")
+    if args.draft is None:
+        return None
+    if args.draft == "":
+        raise UsageError("--draft is empty: give 'ngram' or a model folder, .gguf file or shipped model's name")
+    return model.speculator(args.draft, args.draft_max, n_ctx, ngram)
 
 
 def refuse_other_modes_flags(args, mode):

@@ -21,6 +21,7 @@ from .flags import (
     diffusion_sampling,
     load_model,
     refuse_other_modes_flags,
+    speculator,
 )
 
 
@@ -34,7 +35,7 @@ def cmd_generate(args):
         return run_diffusion(args, model, prompt, seed=seed, echo=args.display_prompt)
     timings = Timings()
     pieces = model.stream(prompt, args.n_predict, stop=args.stop, **ar_sampling(args), seed=seed,
-                          truncate=args.truncate, timings=timings)   # checked: nothing printed yet
+                          truncate=args.truncate, timings=timings, draft=speculator(args, model))   # checked: nothing printed yet
     if args.display_prompt:
         _write(prompt)
     for piece in pieces:
@@ -137,6 +138,8 @@ def cmd_chat(args):
     else:
         options = {**ar_sampling(args), "seed": seed}
         model.sampling_params(**options)
+        spec = speculator(args, model, chat.n_ctx)
+        options.update({"draft": spec} if spec else {})
     if args.n_predict >= chat.n_ctx:
         raise UsageError(f"-n/--n-predict {args.n_predict} leaves no room for a message in a context of "
                          f"{chat.n_ctx} positions")
@@ -216,6 +219,9 @@ def cmd_serve(args):
     limit = model.config.max_position_embeddings
     if args.ctx_size is not None and not 1 <= args.ctx_size <= limit:
         raise UsageError(f"-c/--ctx-size must be in 1..{limit} (the model's context), got {args.ctx_size}")
+    spec = speculator(args, model, args.ctx_size)
     name = os.path.basename(os.path.normpath(model.path))
-    print(f"tinydiff serve: {name} on http://{args.host}:{args.port}/v1 ({args.slots} slots)", file=sys.stderr, flush=True)
-    serve(model, name, args.host, args.port, args.slots, args.ctx_size, args.api_key)
+    draft = f", drafts: {spec.name}" if spec else ""
+    print(f"tinydiff serve: {name} on http://{args.host}:{args.port}/v1 ({args.slots} slots{draft})", file=sys.stderr,
+          flush=True)
+    serve(model, name, args.host, args.port, args.slots, args.ctx_size, args.api_key, spec)

@@ -13,7 +13,7 @@ from ..training.curves import add_curves_arguments, run_curves
 from ..training.evaluate import add_eval_arguments, run_eval
 from ..training.settings import add_train_arguments
 from ..training.train import run_train
-from .flags import add_batch_invariant_arg, add_decoding_args, add_diffusion_args, add_model_args
+from .flags import add_batch_invariant_arg, add_decoding_args, add_diffusion_args, add_draft_args, add_model_args
 from .generate import cmd_chat, cmd_generate, cmd_infill, cmd_serve
 from .perplexity import add_perplexity_arguments, cmd_perplexity
 from .tools import (
@@ -82,6 +82,7 @@ def _serve(sub):
     v.add_argument("-c", "--ctx-size", type=int, default=None,
                    help="positions per request, prompt and answer (default: the model's context, at most 4096)")
     v.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    add_draft_args(v)
     v.set_defaults(run=cmd_serve)
 
 
@@ -133,6 +134,7 @@ def _cost(sub):
     c.add_argument("-n", "--n-predict", type=int, default=64, help="tokens to generate (default 64)")
     c.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     add_diffusion_args(c, visual=False)
+    add_draft_args(c)
     c.add_argument("--type", default=None, metavar="T1,T2,...",
                    help="also run with the matrices stored as these weight types (f32,f16,bf16,q8_0,q4_0), "
                         "quantized in memory: bytes per token fall with the type, a large step's time much less")

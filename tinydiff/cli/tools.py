@@ -39,7 +39,7 @@ from ..model import (
     shipped_models,
 )
 from ..training.compare import compare, table
-from .flags import diffusion_options, load_model, model_location
+from .flags import diffusion_options, load_model, model_location, speculator
 
 
 def cmd_bench(args):
@@ -136,11 +136,22 @@ def cmd_cost(args):
         dm = cost_table.bidirectional_twin(ar)
     roofline = machine.load_or_measure(args.threads)
     runs = cost_table.cost_runs(ar, dm, args.prompt, args.n_predict, diffusion_options(args),
-                                _weight_types(args.type), roofline)
+                                _weight_types(args.type), roofline, _draft(args, ar))
     print(cost_table.table(runs, roofline))
     if args.plot:
         _plot().roofline_svg(roofline, cost_table.plot_points(runs, dm), args.plot)
         print(f"roofline plot: {args.plot}")
+
+
+def _draft(args, ar):
+    """(draft, draft_max, ngram sizes) of cost's --draft flags, checked on the AR model before any run, or None."""
+    if args.draft is None:
+        speculator(args, ar)                              # refuses the tuning flags without --draft
+        return None
+    if ar is None:
+        raise UsageError("cost: --draft speculates for the autoregressive model: give one with -m")
+    speculator(args, ar)
+    return args.draft, args.draft_max, (args.draft_ngram_min, args.draft_ngram_max)
 
 
 def _cost_models(paths, threads):

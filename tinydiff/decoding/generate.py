@@ -6,7 +6,8 @@ the next token and says whether the request has ended. A Decoder is a Transforme
 (engine/transformer.py) with one run State (KV cache, buffers) and the two passes over the State's
 sequences: prefill() runs a request's prompt into one of them, step() runs ONE decode pass for the
 newest token of any set of running requests, each at its own position, and gives a row of logits
-for each. Every loop is a loop over these: decode_tokens (one request, a State sized to it),
+for each; verify() is step() with drafted ids after each newest token, a row of logits for every
+one (speculative.py's verify pass). Every loop is a loop over these: decode_tokens (one request, a State sized to it),
 decode_batch (a fixed set, one pass a step for all), a chat's turns (chat.py: one State across
 turns, its cache already holding the conversation's first ids) and the server's scheduler
 (serve/scheduler.py: requests joining and leaving a paged State at any step). Text comes out as
@@ -18,6 +19,7 @@ import time
 
 import numpy as np
 
+from ..engine import ledger
 from .sampling import Sampler
 
 PREFILL_ROWS = 512      # rows per prefill pass of a chat turn or a served prompt (llama.cpp's default micro-batch)
@@ -36,6 +38,7 @@ class Timings:
         self.prompt_tokens = self.gen_tokens = 0
         self.prompt_s = self.gen_s = 0.0
         self.first_token_s = None
+        self.speculation = None     # speculative.Counts of a speculative run
 
     def report(self):
         def rate(n, s):
@@ -43,7 +46,8 @@ class Timings:
         ttft = f"{self.first_token_s * 1e3:.2f} ms" if self.first_token_s is not None else "-"
         return (f"prompt eval: {rate(self.prompt_tokens, self.prompt_s)}\n"
                 f"eval:        {rate(self.gen_tokens, self.gen_s)}\n"
-                f"time to first token: {ttft}")
+                f"time to first token: {ttft}"
+                + (f"\n{self.speculation.report()}" if self.speculation is not None else ""))
 
 
 class Request:
@@ -104,6 +108,20 @@ class Decoder:
         ids = np.array([[r.history[-1]] for r in requests])              # [B, 1] the newest token of each
         return self.transformer.forward(ids, self.state, [len(r.history) - 1 for r in requests], last_only=True,
                                         slots=slots)
+
+    def verify(self, requests, drafts, slots=None):
+        """One pass for the newest token of each request and the ids drafted after it (drafts[i] for
+        requests[i]), at positions len(history)-1.. of the State's sequence slots[i] (slots None: one
+        request, the only sequence); [logits [1 + len(drafts[i]), V] for each request], row j the
+        target's for the token after history + drafts[i][:j] (decoding/speculative.py)."""
+        rows = [np.array([r.history[-1], *d]) for r, d in zip(requests, drafts)]     # [1 + k_i] each
+        starts = [len(r.history) - 1 for r in requests]
+        with ledger.role("verify"):
+            if slots is None:
+                logits = self.transformer.forward(rows[0][None], self.state, starts[0])
+            else:
+                logits = self.transformer.forward(rows, self.state, starts, slots=slots)   # [sum of 1 + k_i, V]
+        return np.split(logits, np.cumsum([len(r) for r in rows])[:-1])
 
     def tokens(self, request, timings=None, cached=0):
         """Yields the request's new ids one by one; the last one is a stop id if it hit one. cached:

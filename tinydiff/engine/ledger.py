@@ -12,6 +12,11 @@ Every forward pass opens an entry in `led.passes`:
      "by_op": {"matmul": {"flops": .., "bytes": {...}}, "attention": ..., "norm": ..., "rope": ...,
                "mlp": ..., "lm_head": ..., "embedding": ..., "residual": ...}}
 
+A pass run under `with ledger.role(name):` also says what it was for, "role": "verify" (speculative
+decoding's pass over the newest token and k drafts: k+1 rows, logits for each) or "draft" (a drafter
+model's); other passes have no "role". `led.speculative` counts speculative decoding's rounds and the
+tokens drafted and accepted in them ({"rounds", "drafted", "accepted"}; rejected = drafted - accepted).
+
 The kernel wrappers (kernels.py) book into the open pass; the sampler books its work under
 "sampling" in `led.sampling`, outside the passes (a pass is the model's forward alone, so it can be
 compared with cost.forward). `led.total()` sums the passes and the sampling in the same shape.
@@ -30,6 +35,7 @@ BYTE_KINDS = ("weights", "kv_read", "kv_write", "activations")
 
 class _Local(threading.local):
     stack = ()   # this thread's open ledgers, innermost last (a class default: reading it is cheap)
+    role = None  # what the passes begun now are for (role())
 
 
 _local = _Local()
@@ -48,7 +54,27 @@ def _add(into, flops, nbytes):
 def begin_pass(tokens):
     """Opens a new pass entry in every open ledger (transformer.forward calls this first)."""
     for led in _local.stack:
-        led._log.append((None, tokens))
+        led._log.append((None, (tokens, _local.role)))
+
+
+class role:
+    """`with role("verify"):` marks the passes begun in the block with that role (nested: the innermost)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        self.outer, _local.role = _local.role, self.name
+
+    def __exit__(self, *exc):
+        _local.role = self.outer
+
+
+def book_draft(drafted, accepted):
+    """Books one speculative round: `drafted` tokens proposed, the first `accepted` of them taken."""
+    for led in _local.stack:
+        s = led.speculative
+        s["rounds"], s["drafted"], s["accepted"] = s["rounds"] + 1, s["drafted"] + drafted, s["accepted"] + accepted
 
 
 def book(op, cost):
@@ -81,13 +107,15 @@ class Ledger:
         self._passes = []       # the log summed up to _summed
         self._summed = 0
         self.sampling = _empty()
+        self.speculative = {"rounds": 0, "drafted": 0, "accepted": 0}
 
     @property
     def passes(self):
         """One dict per forward pass (module docstring); costs booked before any pass make one of 0 tokens."""
         for op, cost in self._log[self._summed:]:
             if op is None:
-                self._passes.append({"tokens": cost, **_empty(), "by_op": {}})
+                tokens, role = cost
+                self._passes.append({"tokens": tokens, **_empty(), "by_op": {}, **({"role": role} if role else {})})
                 continue
             if not self._passes:
                 self._passes.append({"tokens": 0, **_empty(), "by_op": {}})
@@ -134,4 +162,10 @@ class Ledger:
                         + " ".join(f"{cost['bytes'][k] / 1e6:14.3f}" for k in BYTE_KINDS)
                         + f" {cost['flops'] / nbytes if nbytes else 0:8.2f}")
         rows.append(f"{len(self.passes)} forward passes, {t['tokens']} positions processed")
+        s = self.speculative
+        if s["rounds"]:
+            verify = [p["tokens"] for p in self.passes if p.get("role") == "verify"]
+            draft = sum(p.get("role") == "draft" for p in self.passes)
+            rows.append(f"speculative: {s['rounds']} verify passes ({sum(verify)} rows), {draft} draft passes; "
+                        f"{s['drafted']} drafted, {s['accepted']} accepted, {s['drafted'] - s['accepted']} rejected")
         return "\n".join(rows)

@@ -2,10 +2,13 @@
 
 For each run (AR decoding, then each diffusion setting) on the same prompt: forward passes, tokens
 committed per pass, FLOPs and bytes per pass and per generated token (from the Ledger of the run
-itself), arithmetic intensity against the machine's balance, the time the roofline predicts
+itself; a speculative run, --draft, counts its verify, draft and prefill passes alike, and a line
+under the table says which were which and what the drafts earned), arithmetic intensity against the
+machine's balance, the time the roofline predicts
 (each pass at max(FLOPs / peak, bytes / bandwidth)), the time measured, and their ratio.
 """
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 
@@ -24,6 +27,7 @@ class Run:
     sampling_flops: int
     seconds: float        # measured, wall time of the whole generation
     predicted: float      # roofline time of the passes
+    speculative: dict = None   # the Ledger's speculative counts of a run with drafts
 
     @property
     def flops(self):
@@ -41,12 +45,14 @@ def measure(label, roofline, generate):
         ids = generate()
         seconds = time.perf_counter() - t0
     predicted = sum(predict_seconds(p["flops"], sum(p["bytes"].values()), roofline) for p in led.passes)
-    return Run(label, len(ids), led.passes, led.sampling["flops"], seconds, predicted)
+    return Run(label, len(ids), led.passes, led.sampling["flops"], seconds, predicted,
+               dict(led.speculative) if led.speculative["rounds"] else None)
 
 
-def cost_runs(ar, dm, prompt, n_predict, options, weight_types, roofline):
+def cost_runs(ar, dm, prompt, n_predict, options, weight_types, roofline, draft=None):
     """The runs of `tinydiff cost`, for each weight type (None: as loaded): greedy AR decoding (unless
-    ar is None), then each diffusion setting of dm (for a type named, only the first)."""
+    ar is None; and with draft, (draft, draft_max, ngram sizes) as Model.speculator takes them, greedy
+    speculative decoding), then each diffusion setting of dm (for a type named, only the first)."""
     runs = []
     for wtype in weight_types:
         prefix = f"{wtype} " if wtype else ""
@@ -55,6 +61,11 @@ def cost_runs(ar, dm, prompt, n_predict, options, weight_types, roofline):
             ids = m.encode_prompt(prompt)
             runs.append(measure(prefix + "autoregressive, greedy", roofline,
                                 lambda m=m, ids=ids: m.generate_ids(ids, n_predict, temperature=0)))
+            if draft is not None:
+                spec = m.speculator(draft[0], draft[1], None, draft[2])
+                runs.append(measure(f"{prefix}autoregressive, --draft {os.path.basename(spec.name)} "
+                                    f"k={spec.draft_max}", roofline,
+                                    lambda m=m, ids=ids, s=spec: m.generate_ids(ids, n_predict, temperature=0, draft=s)))
         m = stored_as(dm, wtype)
         ids = m.encode_prompt(prompt)
         for setting in diffusion_settings(n_predict, options)[:1 if wtype else None]:
@@ -110,9 +121,22 @@ def table(runs, roofline):
         rows.append(f"{r.label:44s} {n:6d} {r.tokens / n:8.2f} {r.flops / n / 1e9:10.4f} "
                     f"{r.bytes / n / 1e6:8.2f} {r.bytes / r.tokens / 1e6:8.2f} {intensity:7.1f} {bound:>7s} "
                     f"{r.predicted * 1e3:8.1f}ms {r.seconds * 1e3:8.1f}ms {r.seconds / r.predicted:9.2f}")
+    rows += [speculative_note(r) for r in runs if r.speculative]
     rows.append(f"machine: {roofline.mem_gbs:.1f} GB/s memory, {roofline.peak_gflops:.0f} GFLOP/s peak f32, "
                 f"balance {roofline.balance:.1f} FLOP/byte ({roofline.threads} threads)")
     return "\n".join(rows)
+
+
+def speculative_note(r):
+    """Which passes of a speculative run were what: the prefill, the verify passes (their rows: the
+    newest token and its drafts), the drafter's; and what the drafts earned."""
+    verify = [p["tokens"] for p in r.passes if p.get("role") == "verify"]
+    draft = sum(p.get("role") == "draft" for p in r.passes)
+    s = r.speculative
+    return (f"  {r.label}: {len(r.passes) - len(verify) - draft} prefill, {len(verify)} verify ({sum(verify)} rows, "
+            f"{sum(verify) / max(len(verify), 1):.2f} a pass), {draft} draft passes; {s['drafted']} drafted, "
+            f"{s['accepted']} accepted, {s['drafted'] - s['accepted']} rejected: "
+            f"{s['accepted'] / s['rounds']:.2f} accepted and {(r.tokens - 1) / s['rounds']:.2f} tokens a verify pass")
 
 
 def plot_points(runs, model, sizes=(64, 256, 1024)):

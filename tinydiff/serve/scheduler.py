@@ -18,6 +18,13 @@ and a request's token choice are decoding/generate.py's, the checks Model.reques
 scheduler keeps admission, the pages and its thread. Requests beyond the slots wait in a queue
 of at most `queue` entries; submit() beyond that raises Busy (the server answers 503).
 
+With a Speculator (decoding/speculative.py: --draft), each slot speculates on its own: its own
+drafter (a drafter model's cache a slot), its drafts cut to what the pass's rows and its context
+leave; one pass then verifies every running sequence's newest token and drafts (ragged, each at its
+own positions), and each takes as many tokens as its drafts earn. The rows a sequence's rejected
+drafts wrote stay in its pages unread, overwritten by its next pass; only pages of accepted
+positions are named for the prefix cache.
+
 A request's tokens are those it would get alone: its own Sampler and seed, its own pages and
 positions; tests/test_serve.py checks it token for token (decoding/generate.py's decode_batch is
 the same loop for a fixed set of prompts). Token for token, not bit for bit: a matmul's rounding
@@ -94,9 +101,11 @@ class Scheduler:
     sequence (prompt + new tokens; default the model's context); queue: requests that may wait;
     prefix_cache_bytes: KV memory beyond what the slots need, where the pages of finished requests
     stay for later ones that start the same (engine/transformer.py's PagedKVCache); ledger: keep a
-    Ledger of every pass the engine runs (self.ledger; tests, never a long-running server)."""
+    Ledger of every pass the engine runs (self.ledger; tests, never a long-running server);
+    speculator: a decoding.speculative.Speculator (Model.speculator) each slot speculates with a copy of."""
 
-    def __init__(self, model, slots=4, n_ctx=None, queue=64, prefix_cache_bytes=64 << 20, ledger=False):
+    def __init__(self, model, slots=4, n_ctx=None, queue=64, prefix_cache_bytes=64 << 20, ledger=False,
+                 speculator=None):
         self.model, self.slots, self.queue_size = model, slots, queue
         self.n_ctx = n_ctx or model.config.max_position_embeddings
         pages = (slots * -(-self.n_ctx // PAGE)                        # every slot can fill its context
@@ -105,6 +114,7 @@ class Scheduler:
                                      pages=pages)
         self.cache = self.decoder.cache
         self.ledger = Ledger() if ledger else None
+        self.spec = None if speculator is None else {slot: speculator.fresh() for slot in range(slots)}
         self.free = list(range(slots))
         self.waiting = deque()
         self.running = {}                  # slot -> Sequence
@@ -174,6 +184,8 @@ class Scheduler:
             return
         slots = list(self.running)
         seqs = [self.running[s] for s in slots]
+        if self.spec is not None:
+            return self._speculate(slots, seqs)
         for slot, seq in zip(slots, seqs):
             self._grow(slot, len(seq.history))                            # a page for the newest token's K/V
         logits = self.decoder.step([seq.request for seq in seqs], slots)  # [B, V]
@@ -184,6 +196,30 @@ class Scheduler:
                 if len(seq.history) % PAGE == 0:                           # a page just filled: name it
                     self.cache.name_pages(slot, seq.history)
                 if seq._take(row):
+                    self._retire(slot, seq)
+            except Exception as e:   # its own sampling: this request alone ends with it
+                self._fail(slot, seq, e)
+
+    def _speculate(self, slots, seqs):
+        """_step's pass as one verify pass: each sequence's newest token and its slot's drafts, then
+        each takes the tokens they earn (decoding/speculative.py)."""
+        share = self.decoder.state.buf.n_max // len(seqs)               # rows a sequence may take
+        drafts = [self.spec[slot].drafts(seq.request, min(share, self.n_ctx - len(seq.history) + 1) - 1)
+                  for slot, seq in zip(slots, seqs)]
+        for slot, seq, d in zip(slots, seqs, drafts):
+            self._grow(slot, len(seq.history) + len(d))                  # pages for the newest token and its drafts
+        logits = self.decoder.verify([seq.request for seq in seqs], drafts, slots)   # [[1 + k_i, V]]
+        self.steps += 1
+        for slot, seq, rows, d in zip(slots, seqs, logits, drafts):
+            try:
+                known = len(seq.history) - 1                             # positions whose K/V were right before
+                tokens, done = self.spec[slot].take(seq.request, rows, d)
+                self.generated += len(tokens)
+                for token in tokens:
+                    seq._give(token)
+                if (len(seq.history) - 1) // PAGE > known // PAGE:      # a page of accepted positions filled
+                    self.cache.name_pages(slot, seq.history[:-1])
+                if done:
                     self._retire(slot, seq)
             except Exception as e:   # its own sampling: this request alone ends with it
                 self._fail(slot, seq, e)

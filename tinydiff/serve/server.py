@@ -25,7 +25,9 @@ it is done; with "stream_steps": true, each denoising step comes first as a chun
 and a "denoising" field, {"step": i, "text": the answer so far, masked positions as \u2591}.
 
 An autoregressive model is served by continuous batching (scheduler.py): every request gets a
-slot and all running ones share each decode pass. The engines run on their own threads and hand
+slot and all running ones share each decode pass. `--draft ngram|MODEL` (a server flag, not a
+request field: a drafter model is loaded once) makes every slot speculate on its own, each pass
+verifying every running request's drafts (the same tokens as without it). The engines run on their own threads and hand
 each request its tokens through an asyncio queue, so the event loop never waits on them and no
 request holds a thread while it waits for a slot. A streaming client that disconnects frees its
 slot at the next step (a non-streaming request runs to its end, as llama-server's does). A failure
@@ -83,10 +85,10 @@ class ApiError(Exception):
         return JSONResponse(self.body(), status_code=self.status)
 
 
-def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64):
-    """The starlette app serving model under name."""
+def make_app(model, name, slots=4, n_ctx=None, api_key=None, queue=64, speculator=None):
+    """The starlette app serving model under name (speculator: every slot speculates, a copy each)."""
     n_ctx = n_ctx or min(model.config.max_position_embeddings, DEFAULT_CTX)
-    scheduler = Scheduler(model, slots, n_ctx, queue) if model.config.causal else None
+    scheduler = Scheduler(model, slots, n_ctx, queue, speculator=speculator) if model.config.causal else None
     diffusion = ThreadPoolExecutor(1, thread_name_prefix="tinydiff-diffusion") if scheduler is None else None
     denoising = {"running": 0, "waiting": 0}          # a diffusion model's requests (event loop only)
     max_body = max(MAX_BODY_BYTES, 64 * n_ctx)
@@ -407,7 +409,8 @@ class Run:
             yield f"data: {json.dumps(e.body())}\n\n"
 
 
-def serve(model, name, host="127.0.0.1", port=8080, slots=4, n_ctx=None, api_key=None):
+def serve(model, name, host="127.0.0.1", port=8080, slots=4, n_ctx=None, api_key=None, speculator=None):
     """Runs the server until Ctrl-C."""
     import uvicorn
-    uvicorn.run(make_app(model, name, slots, n_ctx, api_key), host=host, port=port, log_level="warning")
+    uvicorn.run(make_app(model, name, slots, n_ctx, api_key, speculator=speculator), host=host, port=port,
+                log_level="warning")
