@@ -18,7 +18,7 @@ from .decoding import diffusion
 from .decoding.canvas import MASK_NAMES, mask_token_id, parse_holes
 from .decoding.diffusion import Options
 from .decoding.generate import DEFAULT_CTX, Decoder, Request, Timings, decode_batch, decode_tokens, stream_text
-from .decoding.speculative import DRAFT_MAX, Speculator, model_speculator, ngram_speculator
+from .decoding.speculative import DRAFT_MAX, Speculator, check_same_vocabulary, model_speculator, ngram_speculator
 from .decoding.sampling import SamplingParams
 from .engine import kernels
 from .engine.config import load_config
@@ -41,11 +41,9 @@ def set_threads(threads):
 
 
 def set_batch_invariant(on):
-    """on (the default): a request's logits, and so its tokens at temperature 0 or with a seed, are
-    the same bits alone, in a batch of any size, among a server's other requests or in a diffusion
-    group (every matmul sums a row the same way whatever rows come with it). off: the GEMMs that
-    sum many rows in an order of their own take over (faster prefill of f32, f16 and bf16 rows; a
-    row's bits then depend on how many rows it came with). For the whole process."""
+    """on (the default): a request's logits are the same bits alone or among any others (a batch, the
+    server, a diffusion group, a verify pass); off: faster prefill, kernels whose sums depend on the
+    rows beside a row (csrc/matmul.c). For the whole process."""
     kernels.set_batch_invariant(on)
 
 
@@ -379,8 +377,7 @@ class Model:
         the fields of decoding.sampling.SamplingParams (temperature, top_k, top_p, min_p,
         repeat_penalty, repeat_last_n, seed); those not given come from the model's
         generation_config.json when it sets do_sample (config.with_generation_config), else
-        llama.cpp's defaults. draft: speculative decoding (speculator() says what it takes), the
-        same ids as without it (decoding/speculative.py)."""
+        llama.cpp's defaults. draft: speculative decoding (speculator()), the same ids as without."""
         self._check_causal()
         spec = None if draft is None else self.speculator(draft, draft_max)
         request = self.request(ids, max_new_tokens, self.sampling_params(**sampling), truncate=truncate)
@@ -394,11 +391,10 @@ class Model:
 
     def speculator(self, draft, draft_max=None, n_ctx=None, ngram=(None, None)):
         """A checked decoding.speculative.Speculator for this (autoregressive) model. draft: "ngram"
-        (prompt lookup), a smaller model with the same vocabulary (a Model, or its folder, .gguf file or
-        shipped name: causal, or block diffusion as stories5m-bd), or a Speculator (returned as it is);
-        draft_max: the most drafts a verify pass (default 8, at most the context less one); n_ctx: the
-        positions a drafter model's cache takes (default its context, at most 4096); ngram: "ngram"'s
-        shortest and longest n-gram looked up, (min, max) (default 3 and 4), None for a default."""
+        (prompt lookup), a smaller model with the same vocabulary (a Model or its path or shipped name:
+        causal, or block diffusion as stories5m-bd), or a Speculator (as it is); draft_max: drafts a
+        verify pass (default 8, below the context); n_ctx: a drafter's cache (default its context, at
+        most 4096); ngram: prompt lookup's shortest and longest n-gram (default 3 and 4)."""
         if isinstance(draft, Speculator):
             return draft
         if not self.config.causal:
@@ -411,11 +407,7 @@ class Model:
         if draft == "ngram":
             return ngram_speculator(ngram, draft_max)
         drafter = draft if isinstance(draft, Model) else self._draft_model(draft)
-        a, b = self.tokenizer, drafter.tokenizer   # the drafter's ids are read as the target's own: the same tokens
-        if self.config.vocab_size != drafter.config.vocab_size or (a is not None and b is not None
-                                                                    and list(a.tokens) != list(b.tokens)):
-            raise UsageError(f"--draft {drafter.path}: its vocabulary ({drafter.config.vocab_size} ids) is not the "
-                             f"one of {self.path} ({self.config.vocab_size} ids): a drafter needs the same tokens")
+        check_same_vocabulary(self, drafter)
         return model_speculator(drafter.transformer, drafter.mask_id, n_ctx or min(limit, DEFAULT_CTX), draft_max,
                                 drafter.path)
 
@@ -424,8 +416,7 @@ class Model:
             raise UsageError(f"draft must be 'ngram', a Model or a model's path, got {type(name).__name__}")
         path = model_path(name)
         if not os.path.exists(path):
-            raise UsageError(f"--draft {os.fspath(name)}: no such model file or folder (nor 'ngram', nor a shipped "
-                             "model's name)")
+            raise UsageError(f"--draft {os.fspath(name)}: no such model file or folder (nor 'ngram', nor a shipped one)")
         return load(path, threads=self.pool.threads)
 
     def sampling_params(self, **sampling):
@@ -459,7 +450,7 @@ class Model:
         """Yields the completion as text pieces while it is generated. stop: a string or a list of
         them; the completion ends before the first one."""
         stop = _stop_strings(stop)
-        tokens = self.generate_tokens(self.encode_prompt(prompt), max_new_tokens, **sampling)   # draft= too
+        tokens = self.generate_tokens(self.encode_prompt(prompt), max_new_tokens, **sampling)
         return stream_text(self.tokenizer, tokens, self.stop_ids, stop)
 
     def generate(self, prompt, max_new_tokens=128, stop=None, **sampling):

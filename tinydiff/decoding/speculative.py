@@ -242,6 +242,16 @@ class Speculator:
             yield from tokens
 
 
+
+def check_same_vocabulary(target, drafter):
+    """UsageError unless the drafter's ids are the target's tokens (a Model each): the drafter's
+    ids are read as the target's own."""
+    a, b = target.tokenizer, drafter.tokenizer
+    if target.config.vocab_size != drafter.config.vocab_size or (a is not None and b is not None
+                                                                  and list(a.tokens) != list(b.tokens)):
+        raise UsageError(f"--draft {drafter.path}: its vocabulary ({drafter.config.vocab_size} ids) is not the "
+                         f"one of {target.path} ({target.config.vocab_size} ids): a drafter needs the same tokens")
+
 def ngram_speculator(ngram, draft_max):
     """The Speculator of prompt lookup; ngram: (shortest, longest) n-gram, None for a default."""
     lo, hi = (NGRAM_MIN if ngram[0] is None else ngram[0]), (NGRAM_MAX if ngram[1] is None else ngram[1])
