@@ -9,9 +9,8 @@ model with --draft ngram on a "Summarise this text: <paragraph>" chat prompt (th
 from --data, TinyStories' validation text), where prompt lookup pays: the summary copies the text.
 Each case runs plain, speculative, plain, speculative, ... (`--repeat` of each) and reports the
 ratio of the medians of generation speed. It also says whether the speculative output equalled the
-plain one token for token (it must wherever the kernels compute a row of a k+1-row pass as a
-1-row pass: f32 today up to 15 rows; bf16 and int8 kernels from 4 rows may round a near-tie the
-other way, the lead's issue 40). The machine is noisy: compare ratios within one run only.
+plain one token for token (it must: batch invariance makes a row of a k+1-row pass the row a
+1-row pass computes; with tinydiff.set_batch_invariant(False) a near-tie may turn). The machine is noisy: compare ratios within one run only.
 """
 import argparse
 import os
