@@ -155,7 +155,7 @@ struct lanes {
     struct mm a[TD_MATMULS_MAX];
     int64_t first[TD_MATMULS_MAX + 1]; /* weight j's items: [first[j], first[j+1]) */
     int64_t items, nbuf;
-    float *xp;                         /* x packed by tiles, tile at row i from xp + i * k */
+    float *xp;                         /* [padded rows][k] x packed by chains (pack_x_lanes), rows past n zero */
     float *wp;                         /* [nbuf][panel_floats] */
     int64_t panel_floats;              /* k * NR */
 };
@@ -494,8 +494,8 @@ static int lane_gemms(enum td_type type, const float *x, int64_t n, int64_t k, i
     }
     g.items = g.first[nw];
     g.nbuf = g.items < td_get_threads() ? g.items : td_get_threads();
-    const int64_t full = n / kern->mr, tiles = full + (n - full * kern->mr + 3) / 4; /* MR_REST is 4 */
-    const int64_t xp_floats = (full * kern->mr + (tiles - full) * 4) * k;
+    const int64_t full = n / kern->mr * kern->mr, padded = full + (n - full + 3) / 4 * 4; /* MR_REST is 4 */
+    const int64_t xp_floats = padded * k;
     td_pool_enter();
     float *scratch = td_scratch(4 * (xp_floats + g.nbuf * g.panel_floats));
     if (!scratch) {
@@ -503,7 +503,7 @@ static int lane_gemms(enum td_type type, const float *x, int64_t n, int64_t k, i
         return -1;
     }
     g.xp = scratch, g.wp = scratch + xp_floats;
-    td_parallel_run(kern->pack_x, &g, tiles, 2.0 * kern->mr * k);
+    td_parallel_run(kern->pack_x, &g, padded, 2.0 * k);
     td_parallel_run(kern->lanes, &g, g.nbuf, flops / (double)g.nbuf);
     td_pool_leave();
     return 0;

@@ -347,28 +347,22 @@ TARGET static void ISA(matmul_gemm)(void *ctx, int64_t b, int64_t e)
    dot_tile sums x . w as VL chains, chain l over the numbers p = l, l + VL, ... (p < kv, the
    multiple of VL below k), then adds the chains up by halving (vsum), then the tail p >= kv term by
    term. Chain l is itself a dot product, of x's and w's numbers l, l + VL, ...: the lane GEMM runs
-   the GEMM's register tile over each chain in turn (x broadcast, w's columns in vectors), keeps
-   the VL tiles of chain sums, halves them as vsum does, then adds the tail. Every output gets the
-   same operations in the same order as in dot_tile, vectorised across its row of outputs instead of
-   along k, so a row's result does not depend on the path, nor on the rows beside it. x and w are
-   packed chain by chain (pack_x_lanes, pack_w_lanes): a chain's numbers consecutive. */
+   the GEMM's register tile (gemm_tile) over each chain in turn (x broadcast, w's columns in
+   vectors), keeps the VL tiles of chain sums, halves them as vsum does, then adds the tail. Every
+   output gets the same operations in the same order as in dot_tile, vectorised across its row of
+   outputs instead of along k, so a row's result does not depend on the path, nor on the rows
+   beside it. x and w are packed chain by chain (pack_x_lanes, pack_w_lanes): a chain's numbers consecutive. */
 
-/* xp = x rows i..i+mr (rows past n zero) as chains: xp[(l * nq + q) * mr + r] = x[i + r][q * VL + l],
-   then the tail: xp[(nq * VL + t) * mr + r] = x[i + r][nq * VL + t] */
-TARGET TD_INLINE void ISA(pack_x_lanes)(const float *x, int64_t k, int64_t rows, float *xp, const int mr)
+/* xp = an x row as chains, k numbers: xp[l * nq + q] = x[q * VL + l], then the tail xp[p] = x[p],
+   p >= nq * VL; or zeros (x NULL: a row past n, which a tile of MR_REST rows reads) */
+TARGET TD_INLINE void ISA(pack_x_lanes)(const float *x, int64_t k, float *xp)
 {
     const int64_t nq = k / VL, kv = nq * VL;
-    for (int r = 0; r < rows; r++) {
-        const float *row = x + r * k;
-        for (int64_t q = 0; q < nq; q++)
-            for (int l = 0; l < VL; l++)
-                xp[(l * nq + q) * mr + r] = row[q * VL + l];
-        for (int64_t p = kv; p < k; p++)
-            xp[p * mr + r] = row[p];
-    }
-    for (int r = rows; r < mr; r++) /* rows past n: zeros */
-        for (int64_t p = 0; p < k; p++)
-            xp[p * mr + r] = 0.0f;
+    for (int64_t q = 0; q < nq; q++)
+        for (int l = 0; l < VL; l++)
+            xp[l * nq + q] = x ? x[q * VL + l] : 0.0f;
+    for (int64_t p = kv; p < k; p++)
+        xp[p] = x ? x[p] : 0.0f;
 }
 
 /* wp = weight rows j..j+cols (ldw bytes apart, of f32, f16 or bf16: widened; zero past cols) as
@@ -403,55 +397,33 @@ TARGET TD_INLINE void ISA(pack_w_lanes)(const char *w, int64_t ldw, int64_t k, i
             wp[p * NR + c] = c < cols ? load1(w + c * ldw, p, type) : 0.0f;
 }
 
-/* y[0:rows, 0:cols] (+)= the products of mr packed x rows by a packed panel, in dot_tile's order:
-   the tile's sums chain by chain (in registers), kept in s; s halved as vsum halves a vector; the
-   tail added term by term. mr is a constant after inlining. */
+/* y[0:rows, 0:cols] (+)= the products of mr packed x rows (k apart) by a packed panel, in
+   dot_tile's order: each chain by gemm_tile into s, chain l + VL / 2 added to chain l as it is
+   stored (vsum's first halving); s halved down to s[0] as vsum halves a vector; the tail added term
+   by term. mr is a constant after inlining. */
 TARGET TD_INLINE void ISA(lane_tile)(const float *xp, const float *wp, int64_t k, float *y, int64_t ldy, int add,
                                      int64_t rows, int64_t cols, const int mr)
 {
-    VEC s[VL / 2][MR][2]; /* [chain][x row][column vector] the chain sums, chain l + VL / 2 added to l */
+    float s[VL / 2][MR * NR] __attribute__((aligned(64))); /* [chain][x row][column] the chain sums */
     const int64_t nq = k / VL, kv = nq * VL;
-    for (int l = 0; l < VL; l++) {
-        VEC acc[MR][2];
-        for (int r = 0; r < mr; r++)
-            acc[r][0] = acc[r][1] = (VEC){0};
-        const float *xl = xp + l * nq * mr, *wl = wp + l * nq * NR;
-        for (int64_t q = 0; q < nq; q++) {
-            VEC b0 = vload(wl + q * NR), b1 = vload(wl + q * NR + VL);
-            for (int r = 0; r < mr; r++) {
-                float xv = xl[q * mr + r];
-                acc[r][0] += xv * b0;
-                acc[r][1] += xv * b1;
-            }
-        }
-        for (int r = 0; r < mr && l < VL / 2; r++)
-            s[l][r][0] = acc[r][0], s[l][r][1] = acc[r][1];
-        for (int r = 0; r < mr && l >= VL / 2; r++) /* vsum's first halving */
-            s[l - VL / 2][r][0] += acc[r][0], s[l - VL / 2][r][1] += acc[r][1];
-    }
-    for (int half = VL / 4; half >= 1; half /= 2) /* vsum's others: lane l and lane l + half, down to one */
+    for (int l = 0; l < VL; l++)
+        ISA(gemm_tile)(xp + l * nq, k, wp + l * nq * NR, NR, nq, s[l % (VL / 2)], NR, l >= VL / 2, mr);
+    for (int half = VL / 4; half >= 1; half /= 2) /* vsum's other halvings: chain l and l + half */
         for (int l = 0; l < half; l++)
-            for (int r = 0; r < mr; r++)
-                s[l][r][0] += s[l + half][r][0], s[l][r][1] += s[l + half][r][1];
+            for (int64_t i = 0; i < mr * NR; i += VL)
+                vstore(s[l] + i, vload(s[l] + i) + vload(s[l + half] + i));
     for (int64_t p = kv; p < k; p++) { /* the tail, term by term */
         VEC b0 = vload(wp + p * NR), b1 = vload(wp + p * NR + VL);
         for (int r = 0; r < mr; r++) {
-            float xv = xp[p * mr + r];
-            s[0][r][0] += xv * b0;
-            s[0][r][1] += xv * b1;
+            float xv = xp[r * k + p], *sr = s[0] + r * NR;
+            vstore(sr, vload(sr) + xv * b0);
+            vstore(sr + VL, vload(sr + VL) + xv * b1);
         }
     }
-    for (int64_t r = 0; r < rows && cols == NR; r++) {
-        float *yr = y + r * ldy;
-        vstore(yr, add ? vload(yr) + s[0][r][0] : s[0][r][0]);
-        vstore(yr + VL, add ? vload(yr + VL) + s[0][r][1] : s[0][r][1]);
-    }
-    for (int64_t r = 0; r < rows && cols < NR; r++) { /* a panel cut by the matrix edge */
-        float t[NR], *yr = y + r * ldy;
-        vstore(t, s[0][r][0]);
-        vstore(t + VL, s[0][r][1]);
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * ldy, *sr = s[0] + r * NR;
         for (int64_t c = 0; c < cols; c++)
-            yr[c] = add ? yr[c] + t[c] : t[c];
+            yr[c] = add ? yr[c] + sr[c] : sr[c];
     }
 }
 
@@ -485,18 +457,14 @@ TARGET static void ISA(lane_gemm)(void *ctx, int64_t b, int64_t e)
     }
 }
 
-/* tasks [b, e) = x tiles: x packed for lane_tile (matmul.c, struct lanes) */
+/* tasks [b, e) = x rows, and the zero rows after n that the last tile reads: x packed for lane_tile
+   (matmul.c, struct lanes) */
 TARGET static void ISA(lane_pack_x)(void *ctx, int64_t b, int64_t e)
 {
     const struct lanes *g = ctx;
-    const int64_t n = g->a[0].n, k = g->a[0].k, full = n / MR;
-    for (int64_t t = b; t < e; t++) {
-        const int64_t i = t < full ? t * MR : full * MR + (t - full) * MR_REST;
-        if (t < full)
-            ISA(pack_x_lanes)(g->a[0].x + i * k, k, MR, g->xp + i * k, MR);
-        else
-            ISA(pack_x_lanes)(g->a[0].x + i * k, k, n - i < MR_REST ? n - i : MR_REST, g->xp + i * k, MR_REST);
-    }
+    const int64_t n = g->a[0].n, k = g->a[0].k;
+    for (int64_t i = b; i < e; i++)
+        ISA(pack_x_lanes)(i < n ? g->a[0].x + i * k : NULL, k, g->xp + i * k);
 }
 
 static const struct mm_kernels ISA(matmul_kernels) = {.rows = ISA(matmul_rows), .gemm = ISA(matmul_gemm),

@@ -33,7 +33,9 @@ void td_matmul_f32(const float *x, const float *w, float *y, int64_t n, int64_t 
 
 /* the x rows from which f32 weights go through the GEMM instead of register tiles (this CPU's) */
 int64_t td_gemm_min_rows(void);
-int td_set_batch_invariant(int on);  /* EXPERIMENT */
+/* on (1, the default): a row's result does not depend on the rows beside it (matmul.c); 0: the
+   GEMMs and attention tiles that sum in their own order take many rows. Returns the last setting. */
+int td_set_batch_invariant(int on);
 
 /* weight types: f32, or stored as quant.h has them: f16 and bf16 w[m,k]; Q8_0, Q4_0, Q4_1, Q5_0,
    Q5_1 and IQ4_NL w[m,k/32] blocks (k % 32 == 0); the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K

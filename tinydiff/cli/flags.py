@@ -25,8 +25,8 @@ def add_model_args(p, runs=True):
 
 def add_batch_invariant_arg(p):
     p.add_argument("--no-batch-invariant", action="store_true",
-                   help="let the GEMMs that sum many rows in their own order take over: faster prefill of f32, "
-                        "f16 and bf16 weights, but a request's answer may then depend on the requests beside it")
+                   help="let the GEMMs and attention tiles that sum many rows in their own order take over: "
+                        "faster prefill, but a request's answer may then depend on the requests beside it")
 
 
 def load_model(args):
