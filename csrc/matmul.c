@@ -132,7 +132,7 @@ TD_INLINE int stored_panels(const struct mm *a) { return a->tt && a->tt->rows ==
 
 /* the bytes of weight rows j0..j0+rows, numbers p0..p0+kc, as a region to prefetch (of a stored
    panel: the panel's k chunk, one run of bytes) */
-static struct ahead weights_ahead(const struct mm *a, int64_t j0, int64_t rows, int64_t p0, int64_t kc)
+TD_INLINE struct ahead weights_ahead(const struct mm *a, int64_t j0, int64_t rows, int64_t p0, int64_t kc)
 {
     if (stored_panels(a))
         return (struct ahead){.w = (const char *)a->w + (j0 * a->k + p0 * TD_PANEL) * a->tt->type_size,

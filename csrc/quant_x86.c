@@ -546,9 +546,10 @@ TD_AVX512_VNNI TD_INLINE void x8_row_avx512(const int q4, int64_t k, const char 
                                                            int64_t group_bytes, const void *vx, int64_t x_bytes,\
                                                            int64_t nx, float *y, int64_t ldy)                  \
     {                                                                                                           \
-        for (int64_t g = 0; nx == 1 && g < ngroups; g++)                                                        \
+        const int one_stream = nx == 1 && td_amd;                                                               \
+        for (int64_t g = 0; one_stream && g < ngroups; g++)                                                     \
             x8_row_avx512(q4, k, (const char *)w + g * group_bytes, vx, y + 8 * g);                             \
-        for (int64_t g = 0; nx > 1 && g < ngroups; g += 2)                                                      \
+        for (int64_t g = 0; !one_stream && g < ngroups; g += 2)                                                 \
             for (int64_t i = 0; i < nx; i += 8) {                                                               \
                 const char *ga = (const char *)w + g * group_bytes, *x = (const char *)vx + i * x_bytes;        \
                 const int pair = g + 1 < ngroups;                                                               \
