@@ -130,6 +130,10 @@ def check_tensors(path):
     return found
 
 
+# the options that say how many tokens a step commits: a run naming any replaces the defaults' plan
+PLAN = ("steps", "threshold", "factor", "entropy_bound", "schedule", "alg_temp")
+
+
 def _is_batch(ids):
     """A list of prompts (each a sequence of ids), not one prompt."""
     return (isinstance(ids, (list, tuple)) and len(ids) > 0
@@ -202,6 +206,10 @@ class Model:
         eos = None if tokenizer is None else tokenizer.eos_id
         self.stop_ids = frozenset(config.eos_token_ids) | ({eos} if eos is not None else set())  # EOS ids
         self.mask_id = mask_token_id(config, tokenizer)   # None: this model cannot denoise
+        try:
+            Options.of(**dict(getattr(config, "denoising_defaults", ())))  # the file's defaults, checked once
+        except UsageError as e:
+            raise ModelError(f"{os.path.join(path or '.', 'generation_config.json')}: {e}") from None
 
     @property
     def pool(self):
@@ -470,8 +478,22 @@ class Model:
         return diffusion.denoise_steps(self.transformer, *self._job(ids, gen_length, fixed, options), self.mask_id,
                                        self.stop_ids)
 
+    def denoising_options(self, options, infill=False):
+        """The options a run is given over the model's defaults (generation_config.json's: Config.
+        denoising_defaults). A run that names its own commit plan (steps, a rule, a schedule) drops the
+        defaults' rule and its gap; one that names its blocks, or an infill, the defaults' blocks."""
+        defaults = dict(getattr(self.config, "denoising_defaults", ()))   # (a stand-in config: none)
+        if any(options.get(k) is not None for k in PLAN):
+            defaults = {k: v for k, v in defaults.items() if k not in PLAN + ("gap",)}
+        if options.get("block_size") is not None:
+            defaults.pop("block_length", None)
+        if options.get("block_length") is not None or infill:       # an infill's blocks are block_length's
+            defaults.pop("block_size", None)
+        return {**defaults, **options}
+
     def _job(self, ids, gen_length, fixed, options):
         """(canvas, given, start, Options) of a denoising run, every argument checked."""
+        options = self.denoising_options(options, infill=fixed is not None)
         if (self.config.block_size and options.get("block_size") is None and options.get("block_length") is None
                 and fixed is None):
             options["block_size"] = self.config.block_size              # a block-diffusion model's own

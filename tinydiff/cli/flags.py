@@ -47,9 +47,10 @@ def model_location(args):
 
 def add_sampling_args(p):
     p.add_argument("--temp", type=float, default=None,
-                   help="temperature; 0 = greedy (default 0.8; masked diffusion: 0). Autoregressive: a model "
-                        "whose generation_config.json sets do_sample (or a repetition penalty) gives its own values "
-                        "as defaults (engine/config.py says how); a flag overrides each")
+                   help="temperature; 0 = greedy (default 0.8; masked diffusion: 0). A model whose "
+                        "generation_config.json sets do_sample or a repetition penalty (a diffusion model: also "
+                        "its commit rule) gives its own values as defaults (engine/config.py says how); a flag "
+                        "overrides each")
     p.add_argument("--top-k", type=int, default=None, help="top-k, 0 = off (default 40; masked diffusion: 0)")
     p.add_argument("--top-p", type=float, default=None, help="top-p, 1 = off (default 0.95; masked diffusion: 1)")
     p.add_argument("--min-p", type=float, default=None, help="min-p, 0 = off (default 0.05; autoregressive only)")
@@ -76,17 +77,12 @@ def ar_sampling(args):
 
 
 def diffusion_sampling(args, seed):
-    """The token choice of a denoising run: LLaDA's greedy defaults, unless a flag says otherwise
-    (infill has no --top-k / --top-p: the defaults)."""
-    return {"temperature": _or(args.temp, 0.0), "seed": seed, "top_k": _or(getattr(args, "top_k", None), 0),
-            "top_p": _or(getattr(args, "top_p", None), 1.0),
-            "repeat_penalty": _or(getattr(args, "repeat_penalty", None), 1.0),
-            "repeat_last_n": _or(getattr(args, "repeat_last_n", None), 64)}
-
-
-def _or(value, default):
-    """A flag's value, or the default of the mode it is used in (AR and diffusion differ)."""
-    return default if value is None else value
+    """The token choice of a denoising run, as the flags given say (infill has no --top-k / --top-p);
+    the model's defaults (generation_config.json), else LLaDA's greedy ones, fill the rest."""
+    given = {"temperature": args.temp, "top_k": getattr(args, "top_k", None), "top_p": getattr(args, "top_p", None),
+             "repeat_penalty": getattr(args, "repeat_penalty", None),
+             "repeat_last_n": getattr(args, "repeat_last_n", None)}
+    return {"seed": seed, **{k: v for k, v in given.items() if v is not None}}
 
 
 def add_diffusion_args(p, visual=True):

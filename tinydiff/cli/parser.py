@@ -157,6 +157,10 @@ def _compare(sub):
     cm.add_argument("--repeat-penalty", type=float, default=1.0,
                     help="repetition penalty of every setting, 1 = off (default 1; the tokens within 64 positions)")
     cm.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    cm.add_argument("--sweep", action="store_true",
+                    help="each diffusion model over a grid of commit rules, gaps, block sizes and repetition "
+                         "penalties; picks the fastest within 1.25x the AR twin's judged perplexity and 10%% "
+                         "rep4 (how the shipped defaults were chosen: training/sweep.py)")
     cm.add_argument("--plot", default=None, help="draw ms per token against judged perplexity into FILE.svg")
     cm.set_defaults(run=cmd_compare)
 

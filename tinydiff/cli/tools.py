@@ -38,6 +38,8 @@ from ..model import (
     set_threads,
     shipped_models,
 )
+from ..training import sweep
+from ..training.compare import HEADER as COMPARE_HEADER
 from ..training.compare import compare, table
 from .flags import diffusion_options, load_model, model_location, speculator
 
@@ -175,6 +177,9 @@ def cmd_compare(args):
         raise UsageError(f"compare: --repeat-penalty must be > 0 and finite, got {args.repeat_penalty:g}")
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise UsageError(f"compare: --threshold must be in (0, 1], got {args.threshold:g}")
+    if args.sweep and (args.threshold is not None or args.gap or args.repeat_penalty != 1.0):
+        raise UsageError("compare: --sweep sets the rule, gap and repetition penalty of every setting itself; "
+                         "leave out --threshold, --gap and --repeat-penalty")
     if args.gap < 0 or args.gap and args.threshold is None:
         raise UsageError(f"compare: --gap {args.gap}: give N >= 1 with --threshold (it spaces its picks)")
     if args.plot:
@@ -188,11 +193,35 @@ def cmd_compare(args):
             raise UsageError(f"compare: {flag} {m.path} is not a {'block' if flag == '--bd' else 'masked'}-"
                              "diffusion model")
     roofline = machine.load_or_measure(args.threads)
+    if args.sweep:
+        return _sweep(args, ar, {"masked": mdm, "block": bd}, roofline)
     rows = compare(ar, mdm, bd, ar, args.n_predict, args.samples, args.temp, roofline, args.repeat_penalty,
                    args.threshold, args.gap)
     print(table(rows, roofline, args.n_predict, args.samples, args.temp, args.repeat_penalty))
     if args.plot:
         _plot().tradeoff_svg([(r.label, r.seconds / r.tokens * 1e3, r.judged.perplexity) for r in rows], args.plot)
+        print(f"plot: {args.plot}")
+
+
+def _sweep(args, ar, models, roofline):
+    """compare --sweep: every setting's row as it is judged, then each model's pick and its
+    generation_config.json keys, and the plot (the picks and the AR twin labelled)."""
+    models = {kind: m for kind, m in models.items() if m is not None}
+    print(f"{args.samples} samples of {args.n_predict} tokens after story openings, temperature {args.temp:g}; "
+          "per generated token; judged by the AR model")
+    print(COMPARE_HEADER)
+    refs, settings = sweep.run(ar, models, args.n_predict, args.samples, args.temp, roofline)
+    picks = []
+    for kind in models:
+        best, met, why = sweep.pick(kind, refs, settings, args.n_predict)
+        print(why)
+        print(f"  generation_config.json: {sweep.generation_config(best, args.temp)}")
+        picks.append(best)
+    if args.plot:
+        points = [("AR twin" if s.options == {} else "", s, "autoregressive") for s in refs.values()]
+        points += [("pick" if s in picks else "", s, s.model) for s in settings]
+        _plot().tradeoff_svg([(label, sweep.ms_per_token(s.row), s.row.judged.perplexity, group)
+                              for label, s, group in points], args.plot)
         print(f"plot: {args.plot}")
 
 

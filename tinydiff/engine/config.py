@@ -6,7 +6,8 @@ config.json beside this file. Two spellings exist in the wild: hub checkpoints m
 `rope_parameters` and `dtype`. Both are read. Anything the engine does not implement (a RoPE
 scaling type, sliding-window attention in use, another activation) is an error naming the field:
 never a silently different model. A generation_config.json beside config.json adds its EOS ids to
-the stop set and, if it says do_sample, its sampling settings as the model's defaults.
+the stop set and, if it says do_sample, its sampling settings as the model's defaults; a
+masked-diffusion model's file may also hold its denoising defaults (DENOISING_KEYS).
 
 The families whose layer differs from Llama's (Qwen 3, Gemma 2, Gemma 3) are read as transformers'
 Qwen3Config, Gemma2Config and Gemma3TextConfig read them (_family): their defaults for keys a
@@ -66,6 +67,7 @@ class Config:
     block_size: Optional[int] = None  # block diffusion: attention causal across blocks of this many positions
     dtype: str = "float32"           # as stored, informational
     sampling_defaults: tuple = ()    # (name, value) pairs of SamplingParams from generation_config.json
+    denoising_defaults: tuple = ()   # (name, value) pairs of decoding.diffusion.Options from it (not causal)
     # () plain RoPE; ("linear", factor); ("llama3", factor, low_freq_factor, high_freq_factor,
     # original_max_position_embeddings): Llama 3.1's frequency-dependent scaling; ("freq_factors",
     # f0, f1, ...): the same as a GGUF stores it, a divisor per frequency (transformer.py)
@@ -118,6 +120,13 @@ SAMPLING_FIELDS = {"temperature": ("temperature", 1.0, lambda v: v >= 0),
                    "min_p": ("min_p", 0.0, lambda v: 0 <= v <= 1)}
 
 
+# generation_config.json keys a masked-diffusion model's decoder reads as its defaults, named as the
+# Options fields they set (decoding.diffusion; Dream's file spells steps, eps and alg_temp so too):
+# the commit rule and its tuning, which Model checks when it loads them
+DENOISING_KEYS = ("steps", "block_length", "block_size", "remasking", "threshold", "factor", "entropy_bound", "gap", "schedule",
+                  "eps", "alg_temp", "cfg_scale", "cache", "eos", "repeat_last_n")
+
+
 def with_generation_config(cfg, path):
     """cfg with generation_config.json's EOS ids added to its own and its sampling defaults.
 
@@ -142,9 +151,20 @@ def with_generation_config(cfg, path):
         sampling["repeat_penalty"] = _sampling_value(raw, "repetition_penalty", 1.0, lambda v: v > 0, path)
         sampling["repeat_last_n"] = cfg.max_position_embeddings
     sampling = {k: int(v) if k == "top_k" else v for k, v in sampling.items()}
-    cfg = dataclasses.replace(cfg, eos_token_ids=eos, sampling_defaults=tuple(sampling.items()))
+    denoising = () if cfg.causal else _denoising_defaults(raw, sampling)
+    cfg = dataclasses.replace(cfg, eos_token_ids=eos, sampling_defaults=tuple(sampling.items()),
+                              denoising_defaults=denoising)
     _check_token_ids(cfg, path)
     return cfg
+
+
+def _denoising_defaults(raw, sampling):
+    """A diffusion model's denoising defaults: its DENOISING_KEYS, and the sampling ones as its decoder
+    names them (min_p it has not; a repetition penalty covers the repeat_last_n positions either side
+    of a hole, 64 unless the file says, not the whole context as in AR decoding)."""
+    out = {k: raw[k] for k in DENOISING_KEYS if raw.get(k) is not None}
+    out.update({k: v for k, v in sampling.items() if k in ("temperature", "top_k", "top_p", "repeat_penalty")})
+    return tuple(sorted(out.items()))
 
 
 def _sampling_value(raw, key, default, ok, path):

@@ -314,15 +314,21 @@ def curves_svg(series, title, xlabel, ylabel, path):
 
 # -- time against quality (tinydiff compare) ------------------------------------------------------
 
+GROUP_COLORS = ("#1f5fa8", "#c0392b", "#2e8b57", "#8e44ad")
+
+
 def tradeoff_svg(points, path, title="time per token against judged perplexity (lower left is better)"):
-    """points [(label, ms per generated token, judged perplexity)] on a linear time axis from 0 and
-    a log perplexity axis. Written atomically."""
+    """points [(label, ms per generated token, judged perplexity[, group])] on a linear time axis
+    from 0 and a log perplexity axis; a group has a colour of its own (named in a legend when
+    there are several), an empty label no text. Written atomically."""
     check_plot_path(path)
-    pts = [(label, float(x), float(y)) for label, x, y in points if x > 0 and y > 0 and math.isfinite(y)]
+    pts = [(p[0], float(p[1]), float(p[2]), p[3] if len(p) > 3 else "") for p in points
+           if p[1] > 0 and p[2] > 0 and math.isfinite(p[2])]
     if not pts:
         raise UsageError(f"plot: no points to draw for {path}")
-    x1 = max(x for _, x, _ in pts) * 1.15
-    y0, y1 = _decades(min(y for _, _, y in pts), max(y for _, _, y in pts))
+    x1 = max(p[1] for p in pts) * 1.15
+    y0, y1 = _decades(min(p[2] for p in pts), max(p[2] for p in pts))
+    groups = list(dict.fromkeys(p[3] for p in pts))
     px = lambda x: LEFT + (W - LEFT - RIGHT) * x / x1                                          # noqa: E731
     py = lambda y: H - BOTTOM - (H - TOP - BOTTOM) * math.log10(y / y0) / math.log10(y1 / y0)  # noqa: E731
     out = _frame(title, "measured ms per generated token", "judged perplexity")
@@ -334,8 +340,13 @@ def tradeoff_svg(points, path, title="time per token against judged perplexity (
     for i in range(6):
         x = x1 * i / 5
         out.append(_text(px(x), H - BOTTOM + 16, f"{x:.2g}", 'text-anchor="middle"'))
-    for label, x, y in pts:
+    for label, x, y, group in pts:
         right = px(x) > (LEFT + W - RIGHT) / 2                  # a label on the right half reads leftwards
-        out += [f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="#1f5fa8"/>',
-                _text(px(x) + (-7 if right else 7), py(y) - 6, label, 'text-anchor="end"' if right else "")]
+        color = GROUP_COLORS[groups.index(group) % len(GROUP_COLORS)]
+        out.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{color}"/>')
+        if label:
+            out.append(_text(px(x) + (-7 if right else 7), py(y) - 6, label, 'text-anchor="end"' if right else ""))
+    for i, group in enumerate(groups if len(groups) > 1 else ()):   # the legend, top right
+        out += [f'<circle cx="{W - RIGHT - 150}" cy="{TOP + 12 + 16 * i}" r="4" '
+                f'fill="{GROUP_COLORS[i % len(GROUP_COLORS)]}"/>', _text(W - RIGHT - 140, TOP + 16 + 16 * i, group)]
     _write_text(path, "\n".join(out + ["</svg>", ""]))
