@@ -15,7 +15,17 @@ from tinydiff.engine.ledger import Ledger
 from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL, block_causal
 from tinydiff.errors import UsageError
 from tinydiff.formats import quant
-from tinydiff.measure.bench import KP_PASSES, KP_PROMPT, bench, check_fits, kp_ratios, parse_test, prepare
+from tinydiff.measure.bench import (
+    KP_PASSES,
+    KP_PROMPT,
+    KP_READ,
+    bench,
+    check_fits,
+    kp_passes,
+    kp_ratios,
+    parse_test,
+    prepare,
+)
 from tinydiff.measure.roofline import predict_seconds
 
 BD = "stories5m-bd"       # a shipped block-diffusion model: bidirectional inside a block
@@ -72,6 +82,23 @@ def test_bench_results_of_kp_tests(fixed_roofline):
         assert r.roofline_seconds == predict_seconds(r.flops, r.bytes, fixed_roofline)
     assert kp4.flops > 3 * kp1.flops                                      # 4 rows of arithmetic a pass
     assert kp4.weight_bytes - kp1.weight_bytes == KP_PASSES * 3 * model.config.hidden_size * 4   # 3 embedding rows more
+
+
+def test_a_large_model_runs_fewer_passes_a_repetition(fixed_roofline, monkeypatch):
+    """32 passes while they read at most KP_READ bytes of weights, else as many as do (at least one):
+    bench's Results say how many ran, and a pass's cost stays one pass's."""
+    class Sized:                                                          # weight_bytes is all kp_passes reads
+        def __init__(self, n):
+            self.n = n
+
+        def weight_bytes(self):
+            return {"f32": self.n}, 0
+    assert [kp_passes(Sized(n)) for n in (1, KP_READ // 32, KP_READ // 5, KP_READ, 10 * KP_READ)] == [32, 32, 5, 1, 1]
+    model = tinydiff.load(MODEL)
+    monkeypatch.setattr("tinydiff.measure.bench.KP_READ", sum(model.weight_bytes()[0].values()) * 3)
+    (r,) = bench(model, "m", ["kp2"], repetitions=1, roofline=fixed_roofline)
+    one = cost.forward(model.config, 2, KP_PROMPT, CAUSAL, all_logits=True)
+    assert (r.passes, r.tokens, r.flops) == (3, 6, 3 * one["flops"])
 
 
 def test_kp_ratios_divide_by_kp1_and_the_roofline():

@@ -14,9 +14,11 @@
              untimed, causally), the logits of all K rows, as a block-diffusion step or a
              speculative verify pass needs them: causal for a causal model, else the K rows
              bidirectional among themselves, attending the prompt (the block step's pass:
-             BIDIRECTIONAL reading slots 0..64+K-1). One pass is short, so a repetition runs it 32
-             times over the same K slots, every pass in the ledger; K x 32 tokens, so t/s is K over
-             one pass's time. Its time in decode steps is its pass's time over kp1's.
+             BIDIRECTIONAL reading slots 0..64+K-1). One pass is short, so a repetition runs it P
+             times over the same K slots, every pass in the ledger: P = 32, or fewer for a model
+             whose P passes would read more than 4 GiB of weights (kp_passes; at least 1); K x P
+             tokens, so t/s is K over one pass's time. Its time in decode steps is its pass's time
+             over kp1's.
 
 Each test runs `repetitions` times inside a Ledger, so its FLOPs and bytes come from the same code
 that ran; the repetitions go round the tests, so that the ratios between tests are taken side by
@@ -72,12 +74,13 @@ HEADER = ("| model                |   params | threads |      test |            
 
 MAX_SEQUENCES = 1024    # a tg test's batch: a pass of at most this many rows is one C call a layer
 KP_PROMPT = 64          # a kp test's cached prompt, in positions
-KP_PASSES = 32          # a kp test's passes a repetition: one pass of a 5M model is ~0.4 ms
+KP_PASSES = 32          # a kp test's passes a repetition at most (one pass of a 5M model is ~0.4 ms) ...
+KP_READ = 4 << 30       # ... and at most ~4 GiB of weight bytes (a pass of a 1.5 GB model is ~0.1 s)
 
 
 def parse_test(spec):
     """'pp512' / 'tg128' / 'tg128x8' / 'dd256x8' / 'bd128x8x2' / 'kp8' -> (kind, n, steps, block):
-    steps a block for bd, in all for dd, the passes a repetition for kp (KP_PASSES), 1 for pp and
+    steps a block for bd, in all for dd, the passes a repetition for kp (at most: KP_PASSES), 1 for pp and
     tg; block: B for bd, the sequences for tg, else 0 (tg: 1 when not given); n: K for kp."""
     kind, rest = spec[:2], spec[2:]
     try:
@@ -102,6 +105,13 @@ def parse_test(spec):
     raise UsageError(f"bench: test '{spec}' should look like pp512, tg128, tg128x8 (8 sequences, at most "
                      f"{MAX_SEQUENCES}), dd256x8 (S <= L steps), bd128x8x2 (N tokens in blocks of B, S <= B steps "
                      f"a block, N a multiple of B) or kp8 (a pass of K >= 1 rows after a {KP_PROMPT}-position prompt)")
+
+
+def kp_passes(model):
+    """A kp test's passes a repetition for model: KP_PASSES, fewer when they would read more than
+    KP_READ bytes of weights (enough to time, on any model; no minutes of it on a large one)."""
+    by_type, _ = model.weight_bytes()
+    return max(1, min(KP_PASSES, KP_READ // max(1, sum(by_type.values()))))
 
 
 def check_fits(spec, n_ctx):
@@ -170,6 +180,7 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
     from .roofline import predict_seconds
     rng = np.random.default_rng(seed)
     plans = [check_fits(spec, model.config.max_position_embeddings) for spec in tests]
+    plans = [(kind, n, kp_passes(model) if kind == "kp" else steps, block) for kind, n, steps, block in plans]
     prepare(model, "pp", 8, 1, 0, rng)()                                   # warm up: page weights in
     seconds, ledgers, tokens = [[] for _ in tests], [None] * len(tests), [0] * len(tests)
     for _ in range(repetitions):
