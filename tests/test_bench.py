@@ -1,6 +1,7 @@
 """`tinydiff bench`'s kp tests (issue 39 point 1): one forward pass of K rows after a cached prompt of
-64 positions, 32 of them a repetition, booked pass by pass; the -k flag, its defaults and refusals,
-and the summary lines in decode steps and against the roofline. Timings are never asserted."""
+64 positions, 32 of them a repetition (fewer on a large model), booked pass by pass; the -k flag, its
+defaults and refusals, and the summary lines in decode steps and against the roofline. Timings are
+never asserted."""
 import json
 import shutil
 
