@@ -310,11 +310,12 @@ def fixed_roofline(monkeypatch):
 
 
 def test_bench_json_has_each_test_with_its_ledger_costs(capsys, fixed_roofline):
-    assert main(["bench", "-m", MODEL, "-p", "16", "-n", "4", "-d", "16x2", "-b", "16x8x2", "-r", "2", "--json"]) == 0
+    assert main(["bench", "-m", MODEL, "-p", "16", "-n", "4", "-d", "16x2", "-b", "16x8x2", "-k", "2", "-r", "2",
+                 "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["test"] for r in rows] == ["pp16", "tg4", "dd16x2", "bd16x8x2"]
+    assert [r["test"] for r in rows] == ["pp16", "tg4", "dd16x2", "bd16x8x2", "kp2"]
     model = tinydiff.load(MODEL)
-    pp, tg, dd, bd = rows
+    pp, tg, dd, bd, kp = rows
     cost = tinydiff.cost.forward
     assert pp["flops"] == cost(model.config, 16, 0, CAUSAL)["flops"]
     assert tg["flops"] == sum(cost(model.config, 1, i, CAUSAL)["flops"] for i in range(1, 5))
@@ -325,6 +326,8 @@ def test_bench_json_has_each_test_with_its_ledger_costs(capsys, fixed_roofline):
     blocks.append(cost(model.config, 8, 1, CAUSAL)["flops"])        # the first block's clean pass; the last has none
     scored = tinydiff.cost.sampling(2 * (8 + 4), model.config.vocab_size)[0]   # each step's masked rows
     assert bd["flops"] == cost(model.config, 1, 0, CAUSAL)["flops"] + sum(blocks) + scored and bd["tokens"] == 16
+    # 32 passes of 2 rows after the 64 cached positions, every row's logits
+    assert kp["flops"] == 32 * cost(model.config, 2, 64, CAUSAL, all_logits=True)["flops"] and kp["tokens"] == 64
     assert all(len(r["seconds"]) == 2 and r["roofline_seconds"] > 0 for r in rows)
 
 
@@ -361,7 +364,7 @@ def test_bench_checks_every_model_before_running_any(capsys, fixed_roofline, tmp
 
 
 def test_bench_runs_each_weight_type_and_gives_ratios(capsys, fixed_roofline):
-    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-b", "8x8x1", "-r", "1", "--type",
+    assert main(["bench", "-m", MODEL, "-p", "8", "-n", "2", "-d", "8x1", "-b", "8x8x1", "-k", "0", "-r", "1", "--type",
                  "f32,q8_0", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["model"].split()[-1], r["test"]) for r in rows] == [

@@ -101,16 +101,21 @@ def _infill(sub):
 
 
 def _bench(sub):
-    b = sub.add_parser("bench", help="llama-bench style speed tests (pp, tg, and dd / bd for diffusion)")
+    b = sub.add_parser("bench", help="llama-bench style speed tests (pp, tg, dd / bd for diffusion, kp: k-row passes)")
     b.add_argument("-m", "--model", action="append", default=None, help="model folder or .gguf file (repeatable)")
     b.add_argument("--shape", action="append", default=None,
                    help="a real model shape with random weights (default without -m: all of them)")
-    b.add_argument("-p", "--n-prompt", type=int, action="append", default=None, help="pp test sizes (default 512)")
-    b.add_argument("-n", "--n-gen", type=int, action="append", default=None, help="tg test sizes (default 128)")
+    b.add_argument("-p", "--n-prompt", type=int, action="append", default=None,
+                   help="pp test sizes (default 512; 0: no pp test, as llama-bench)")
+    b.add_argument("-n", "--n-gen", type=int, action="append", default=None,
+                   help="tg test sizes (default 128; 0: no tg test)")
     b.add_argument("-d", "--diffusion", action="append", default=None,
-                   help="dd tests as LxS: canvas L for S steps (default 256x4)")
+                   help="dd tests as LxS: canvas L for S steps (default 256x4; 0: no dd test)")
     b.add_argument("-b", "--block-diffusion", action="append", default=None,
-                   help="bd tests as NxBxS: N tokens in blocks of B, S steps a block (default 128x8x2)")
+                   help="bd tests as NxBxS: N tokens in blocks of B, S steps a block (default 128x8x2; 0: none)")
+    b.add_argument("-k", "--k-rows", type=int, action="append", default=None,
+                   help="kp tests: one pass of K rows after a 64-position prompt, its time in decode steps and "
+                        "against the roofline (default 1, 2, 4, 8, 16, 32, those that fit; 0: no kp test)")
     b.add_argument("--type", default=None,
                    help="weight types to run each model in, quantized in memory, e.g. f32,q8_0,q4_0 "
                         "(default: as loaded); the t/s of each type is also given as a ratio to the first")

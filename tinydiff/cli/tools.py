@@ -17,12 +17,14 @@ from ..measure import roofline as machine
 from ..measure import table as cost_table
 from ..measure.bench import (
     HEADER,
+    KP_PROMPT,
     MAX_SEQUENCES,
     as_json,
     batch_ratios,
     bench,
     block_ratios,
     check_fits,
+    kp_ratios,
     parse_test,
     type_ratios,
     weight_bandwidth,
@@ -42,6 +44,8 @@ from ..training import sweep
 from ..training.compare import HEADER as COMPARE_HEADER
 from ..training.compare import compare, table
 from .flags import diffusion_options, load_model, model_location, speculator
+
+KP_DEFAULT = (1, 2, 4, 8, 16, 32)   # bench's k-row passes unless -k says (issue 39: a block step, a verify pass)
 
 
 def cmd_bench(args):
@@ -84,20 +88,28 @@ def cmd_bench(args):
         print(as_json(results))
         return
     for lines in (weight_bandwidth(results, roofline), batch_ratios(results, roofline), block_ratios(results),
-                  type_ratios(results, types) if len(types) > 1 else ""):
+                  kp_ratios(results), type_ratios(results, types) if len(types) > 1 else ""):
         if lines:
             print("\n" + lines)
 
 
 def _bench_tests(args, n_ctx):
     """The test specs: the ones asked for, else llama-bench's defaults (pp512, tg128, and dd256x4,
-    bd128x8x2) made to fit a context of n_ctx positions (None: as they are)."""
+    bd128x8x2, kp1 .. kp32) made to fit a context of n_ctx positions (None: as they are). A size of
+    0 asks for no test of its kind, as llama-bench's -p 0 / -n 0."""
     fit = (lambda n: n) if n_ctx is None else (lambda n: min(n, n_ctx - 1))   # tg and bd read one more
     batches = sorted({1, *_npl(args.npl)})
-    return ([f"pp{n}" for n in args.n_prompt or [fit(512)]]
-            + [f"tg{n}" if b == 1 else f"tg{n}x{b}" for n in args.n_gen or [fit(128)] for b in batches]
-            + [f"dd{d}" for d in args.diffusion or [f"{fit(256)}x4"]]
-            + [f"bd{b}" for b in args.block_diffusion or [f"{fit(128) // 8 * 8}x8x2"]])
+    rows = [k for k in KP_DEFAULT if n_ctx is None or KP_PROMPT + k <= n_ctx]
+    return ([f"pp{n}" for n in _asked(args.n_prompt, [fit(512)])]
+            + [f"tg{n}" if b == 1 else f"tg{n}x{b}" for n in _asked(args.n_gen, [fit(128)]) for b in batches]
+            + [f"dd{d}" for d in _asked(args.diffusion, [f"{fit(256)}x4"])]
+            + [f"bd{b}" for b in _asked(args.block_diffusion, [f"{fit(128) // 8 * 8}x8x2"])]
+            + [f"kp{k}" for k in _asked(args.k_rows, rows)])
+
+
+def _asked(given, default):
+    """A flag's test sizes: default when not given, else those given but 0 (0 alone: none)."""
+    return default if given is None else [v for v in given if v not in (0, "0")]
 
 
 def _npl(text):

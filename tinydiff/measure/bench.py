@@ -10,6 +10,15 @@
              confidence means anything), then the block's clean pass (but the last block's); the
              real sampler runs (decoding.diffusion), so its passes, scoring and Python are all in
              the time. Its t/s against tg's is block diffusion's speed against AR decoding.
+    kp K     the k-row pass: one forward of K new positions after a cached prompt of 64 (cached
+             untimed, causally), the logits of all K rows, as a block-diffusion step or a
+             speculative verify pass needs them: causal for a causal model, else the K rows
+             bidirectional among themselves, attending the prompt (the block step's pass:
+             BIDIRECTIONAL reading slots 0..64+K-1). One pass is short, so a repetition runs it P
+             times over the same K slots, every pass in the ledger: P = 32, or fewer for a model
+             whose P passes would read more than 4 GiB of weights (kp_passes; at least 1); K x P
+             tokens, so t/s is K over one pass's time. Its time in decode steps is its pass's time
+             over kp1's.
 
 Each test runs `repetitions` times inside a Ledger, so its FLOPs and bytes come from the same code
 that ran; the repetitions go round the tests, so that the ratios between tests are taken side by
@@ -27,7 +36,7 @@ import numpy as np
 
 from ..decoding.diffusion import Options, denoise_steps, to_the_end
 from ..engine.ledger import Ledger
-from ..engine.masks import BIDIRECTIONAL
+from ..engine.masks import BIDIRECTIONAL, CAUSAL
 from ..errors import UsageError
 
 
@@ -36,8 +45,8 @@ class Result:
     model: str
     params: int
     threads: int
-    test: str             # "pp512", "tg128", "dd256x8", "bd128x8x2"
-    tokens: int           # tokens produced (tg, dd, bd) or processed (pp) per repetition
+    test: str             # "pp512", "tg128", "dd256x8", "bd128x8x2", "kp8"
+    tokens: int           # tokens produced (tg, dd, bd) or processed (pp, kp) per repetition
     seconds: list         # wall time of each repetition
     flops: int            # per repetition, from the ledger
     bytes: int            # per repetition, from the ledger
@@ -64,16 +73,21 @@ HEADER = ("| model                |   params | threads |      test |            
 
 
 MAX_SEQUENCES = 1024    # a tg test's batch: a pass of at most this many rows is one C call a layer
+KP_PROMPT = 64          # a kp test's cached prompt, in positions
+KP_PASSES = 32          # a kp test's passes a repetition at most (one pass of a 5M model is ~0.4 ms) ...
+KP_READ = 4 << 30       # ... and at most ~4 GiB of weight bytes (a pass of a 1.5 GB model is ~0.1 s)
 
 
 def parse_test(spec):
-    """'pp512' / 'tg128' / 'tg128x8' / 'dd256x8' / 'bd128x8x2' -> (kind, n, steps, block): steps a
-    block for bd, in all for dd, 1 for pp and tg; block: B for bd, the sequences for tg, else 0 (tg:
-    1 when not given)."""
+    """'pp512' / 'tg128' / 'tg128x8' / 'dd256x8' / 'bd128x8x2' / 'kp8' -> (kind, n, steps, block):
+    steps a block for bd, in all for dd, the passes a repetition for kp (at most: KP_PASSES), 1 for pp and
+    tg; block: B for bd, the sequences for tg, else 0 (tg: 1 when not given); n: K for kp."""
     kind, rest = spec[:2], spec[2:]
     try:
         if kind in ("pp", "tg") and rest.isdigit() and int(rest) > 0:
             return kind, int(rest), 1, int(kind == "tg")
+        if kind == "kp" and rest.isdigit() and int(rest) > 0:
+            return kind, int(rest), KP_PASSES, 0
         if kind == "tg":
             N, B = (int(v) for v in rest.lower().split("x"))
             if N > 0 and 0 < B <= MAX_SEQUENCES:
@@ -89,16 +103,24 @@ def parse_test(spec):
     except ValueError:
         pass
     raise UsageError(f"bench: test '{spec}' should look like pp512, tg128, tg128x8 (8 sequences, at most "
-                     f"{MAX_SEQUENCES}), dd256x8 (S <= L steps) or bd128x8x2 (N tokens in blocks of B, S <= B steps "
-                     f"a block, N a multiple of B)")
+                     f"{MAX_SEQUENCES}), dd256x8 (S <= L steps), bd128x8x2 (N tokens in blocks of B, S <= B steps "
+                     f"a block, N a multiple of B) or kp8 (a pass of K >= 1 rows after a {KP_PROMPT}-position prompt)")
+
+
+def kp_passes(model):
+    """A kp test's passes a repetition for model: KP_PASSES, fewer when they would read more than
+    KP_READ bytes of weights (enough to time, on any model; no minutes of it on a large one)."""
+    by_type, _ = model.weight_bytes()
+    return max(1, min(KP_PASSES, KP_READ // max(1, sum(by_type.values()))))
 
 
 def check_fits(spec, n_ctx):
     """parse_test(spec), its positions checked within a context of n_ctx (tg and bd read one more
-    than they make)."""
+    than they make, kp KP_PROMPT more)."""
     plan = kind, n, _, _ = parse_test(spec)
-    if n + (kind in ("tg", "bd")) > n_ctx:
-        raise UsageError(f"bench: {spec} exceeds a model's context of {n_ctx}")
+    if n + {"tg": 1, "bd": 1, "kp": KP_PROMPT}.get(kind, 0) > n_ctx:
+        prompt = f" ({KP_PROMPT} prompt positions + {n})" if kind == "kp" else ""
+        raise UsageError(f"bench: {spec} exceeds a model's context of {n_ctx}{prompt}")
     return plan
 
 
@@ -106,8 +128,9 @@ def prepare(model, kind, n, steps, block, rng):
     """Sets up one repetition; returns the function to time, which returns the tokens it made."""
     cfg = model.config
     seqs = block if kind == "tg" else 1
-    ids = rng.integers(0, cfg.vocab_size, size=(seqs, n + 1))
-    forward, state = model.transformer.forward, model.transformer.state(n + 1, batch=seqs)
+    length = KP_PROMPT + n if kind == "kp" else n + 1
+    ids = rng.integers(0, cfg.vocab_size, size=(seqs, length))                 # [seqs, length]
+    forward, state = model.transformer.forward, model.transformer.state(length, batch=seqs)
 
     def pp():
         forward(ids[:, :n], state, 0, last_only=True)
@@ -131,9 +154,17 @@ def prepare(model, kind, n, steps, block, rng):
         options = Options(steps=n // block * steps, block_size=block, eos="keep")
         return len(to_the_end(denoise_steps(model.transformer, canvas, given, 1, options, mask_id, ())).ids)
 
+    def kp():
+        mask = CAUSAL if cfg.causal else BIDIRECTIONAL               # else the K rows see each other, and the
+        for _ in range(steps):                                        # prompt (slots < length): a block step's pass
+            forward(ids[:, KP_PROMPT:], state, KP_PROMPT, length, mask)   # [K, V]: every row's logits, same slots
+        return n * steps
+
     if kind == "tg":
         forward(ids[:, :1], state, 0, last_only=True)                 # the one-token prompt, not timed
-    return {"pp": pp, "tg": tg, "dd": dd, "bd": bd}[kind]
+    if kind == "kp":
+        forward(ids[:, :KP_PROMPT], state, 0, last_only=True)         # the prompt, cached causally, not timed
+    return {"pp": pp, "tg": tg, "dd": dd, "bd": bd, "kp": kp}[kind]
 
 
 def timed(run):
@@ -149,6 +180,7 @@ def bench(model, name, tests, repetitions=3, roofline=None, seed=0):
     from .roofline import predict_seconds
     rng = np.random.default_rng(seed)
     plans = [check_fits(spec, model.config.max_position_embeddings) for spec in tests]
+    plans = [(kind, n, kp_passes(model) if kind == "kp" else steps, block) for kind, n, steps, block in plans]
     prepare(model, "pp", 8, 1, 0, rng)()                                   # warm up: page weights in
     seconds, ledgers, tokens = [[] for _ in tests], [None] * len(tests), [0] * len(tests)
     for _ in range(repetitions):
@@ -233,3 +265,25 @@ def block_ratios(results):
             rows.append(f"{r.model} {r.test}: {block / steps:.2g} tokens a step, {n / r.passes:.2f} a pass; "
                         f"ms per token {ratio:.2f}x tg{r.tokens}'s")
     return "\n".join(rows)
+
+
+def kp_ratios(results):
+    """For each kp test: its pass's mean time, that time in decode steps (over the same model's kp1
+    pass, same run) and against the roofline's time (weights read once, K rows of arithmetic, the
+    LM head on all K rows; left out without a roofline)."""
+    rows, one = [], {r.model: _pass_seconds(r) for r in results if r.test == "kp1"}
+    for r in results:
+        if not r.test.startswith("kp"):
+            continue
+        parts = [f"{_pass_seconds(r) * 1e3:.3g} ms a pass"]
+        if r.test != "kp1" and r.model in one:
+            parts.append(f"{_pass_seconds(r) / one[r.model]:.2f} decode steps (kp1's time)")
+        if r.roofline_seconds:
+            parts.append(f"{statistics.mean(r.seconds) / r.roofline_seconds:.2f}x the roofline's time")
+        rows.append(f"{r.model} {r.test}: {', '.join(parts)}")
+    return "\n".join(rows)
+
+
+def _pass_seconds(r):
+    """A kp test's mean time of one pass: a repetition's mean over its passes."""
+    return statistics.mean(r.seconds) / r.passes
