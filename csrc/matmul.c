@@ -405,12 +405,15 @@ static int int8_gemm(enum td_type type, int64_t n)
 #endif
 }
 
-/* below this many x rows the f32 register tiles beat packing the weights for the GEMM: 16, and on
+/* below this many x rows the f32 register tiles beat packing the weights for the GEMM: 24, and on
    AMD 33 (a GEMM panel packs 32 weight rows at once, 32 streams of memory, which Zen 4's
    prefetchers serve worst: SmolLM2-135M f32 decoding 16 / 24 / 32 sequences 291-309 / 376-390 /
    428-437 t/s through the GEMM, 445-465 / 478-494 / 454-479 through the tiles; at 48 they are
-   even, at 128 the GEMM is 1.15x). The Xeon's 16 was not remeasured. */
-int64_t td_gemm_min_rows(void) { return td_amd ? 33 : 16; }
+   even, at 128 the GEMM is 1.15x). Elsewhere 24: on the Xeon (AVX-512, 2 threads, SmolLM2-135M's
+   f32 matrices, batch invariant) the tiles take 6.3 / 16.5 / 17.1 / 539 us a row at 15 rows for
+   q / gate / down / the LM head, the lane GEMM 6.4 / 15.5 / 19.6 / 759 at 16 and 5.1 / 13.0 / 15.7
+   / 581 at 24 (16 made a 16-row pass of the model 2.3x a 12-row one). */
+int64_t td_gemm_min_rows(void) { return td_amd ? 33 : 24; }
 
 /* the f32 GEMM (typed weights widened to f32), from td_gemm_min_rows() x rows (f16 and bf16 from
    GEMM_16BIT_MIN_ROWS: a SmolLM2-135M-shaped bf16 model decodes 8 sequences 1.3-1.6x faster so,

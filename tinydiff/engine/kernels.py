@@ -244,7 +244,7 @@ def matmuls(x, ws, outs=None, op="matmul", residual=False):
 
 def gemm_min_rows():
     """The x rows from which f32 weights go through the GEMM (below them, register tiles whose
-    rows do not depend on their company): 16, or 33 on AMD (matmul.c)."""
+    rows do not depend on their company): 24, or 33 on AMD (matmul.c)."""
     return lib.td_gemm_min_rows()
 
 
