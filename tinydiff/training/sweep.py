@@ -2,9 +2,9 @@
 
 Takes the AR twin (also the judge) and the diffusion models compare takes; each writes the samples
 compare's rows write (sample i continues OPENINGS[i % 8] with seed i, at one temperature), once for
-each setting of its grid (GRID: the commit rule (a fixed count a step, or a confidence threshold,
-with a gap between a step's commits), the block size (a block model) and the repetition penalty,
-every combination); the AR twin once for each penalty. Guarantees, for each diffusion model, the
+each setting of its grid (grid(): every combination of the commit rule (RULES: a fixed count a
+step, or a confidence threshold with a gap between a step's commits), the block size (BLOCK_SIZES,
+a block model) and the repetition penalty (PENALTIES)); the AR twin once for each penalty. Guarantees, for each diffusion model, the
 pick (pick()): of the settings whose judged perplexity is within QUALITY x the AR twin's own (the
 AR twin's samples at the same temperature and penalty, judged by itself) and whose rep4 is at most
 MAX_REP4, the fastest in measured ms per token; if there is none, it says so and names the setting
@@ -28,7 +28,7 @@ BLOCK_SIZES = (8, 16)
 @dataclass
 class Setting:
     model: str          # "masked" or "block", or "autoregressive"
-    options: dict       # the denoising (or sampling) keywords that differ from the defaults
+    options: dict       # the denoising (or sampling) keywords it sets; the rest are Options' defaults
     row: object = None  # compare.Row, once run
 
     @property
@@ -48,8 +48,8 @@ def grid(kind, n):
                 if rule is None:
                     o["steps"] = n // per_step
                 else:
-                    o["threshold"], o["gap"] = rule
-                    o = {k: v for k, v in o.items() if k != "gap" or v}
+                    o["threshold"] = rule[0]
+                    o.update({"gap": rule[1]} if rule[1] else {})
                 if penalty != 1.0:
                     o["repeat_penalty"] = penalty
                 out.append(Setting(kind, o))
@@ -63,6 +63,10 @@ def run(ar, models, n, samples, temperature, roofline, log=print):
         return lambda p, s: ar.generate_ids(p, n, temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=s,
                                             repeat_penalty=penalty, repeat_last_n=64)
 
+    def denoise(model, options):
+        options = {"repeat_penalty": 1.0, "repeat_last_n": 64, **options}     # none of the model's defaults
+        return lambda p, s: model.denoise_ids(p, n, temperature=temperature, seed=s, **options)
+
     refs = {}
     for penalty in PENALTIES:
         ref = Setting("autoregressive", {"repeat_penalty": penalty} if penalty != 1.0 else {})
@@ -72,9 +76,7 @@ def run(ar, models, n, samples, temperature, roofline, log=print):
     settings = []
     for kind, model in models.items():
         for s in grid(kind, n):
-            gen = (lambda m, o: lambda p, seed: m.denoise_ids(p, n, temperature=temperature, seed=seed, **o))(
-                model, {"repeat_penalty": 1.0, "repeat_last_n": 64, **s.options})    # no default of the model's
-            s.row = run_setting(s.label, model, gen, ar, samples, roofline)
+            s.row = run_setting(s.label, model, denoise(model, s.options), ar, samples, roofline)
             settings.append(s)
             log(s.row.line())
     return refs, settings
