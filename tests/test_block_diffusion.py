@@ -151,3 +151,16 @@ def test_the_block_elbo_estimator_is_unbiased(ar):
                 exact += nll / size / math.comb(n, size)             # sum over S of nll(S) / (l C(m, l))
     est = block_masked_losses(t, canvas, first, 4000, 319, np.random.default_rng(0), b)
     assert est.mean() == pytest.approx(exact, rel=2e-2)
+
+
+def test_only_a_whole_canvas_model_gets_the_gemms_panels():
+    """A masked-diffusion model's passes all have many rows, so its bf16 matrices are stored in the
+    GEMM's panels at load; a block model's passes are a block of rows, which the tiles read from
+    the rows (engine/transformer.py many_rows); an AR model's too."""
+    from tinydiff.formats import quant
+    kinds = {}
+    for name in ("stories5m-mdm", "stories5m-bd", "stories5m-ar"):
+        m = tinydiff.load(name)
+        layer = m.transformer.weights.layers[0]
+        kinds[name] = (quant.is_panels(layer.q_proj), quant.is_panels(layer.down_proj))
+    assert kinds == {"stories5m-mdm": (True, True), "stories5m-bd": (False, False), "stories5m-ar": (False, False)}
