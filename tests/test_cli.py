@@ -32,6 +32,7 @@ def assert_one_line_error(status, err, expected_status, *words):
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
+    assert lines[0].startswith("tinydiff: error: ") and not lines[0].startswith("tinydiff: error: tinydiff"), lines[0]
     for w in words:
         assert w in lines[0], lines[0]
 

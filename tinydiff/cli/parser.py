@@ -31,7 +31,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line, exit status 2."""
 
     def error(self, message):
-        raise UsageError(f"{self.prog}: {message}")
+        command = self.prog.removeprefix("tinydiff").strip()      # the subcommand; main() says "tinydiff: error:"
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 def build_parser():
