@@ -17,9 +17,11 @@ from tinydiff.engine.masks import BIDIRECTIONAL, CAUSAL, block_causal
 from tinydiff.errors import UsageError
 from tinydiff.formats import quant
 from tinydiff.measure.bench import (
+    HEADER,
     KP_PASSES,
     KP_PROMPT,
     KP_READ,
+    Result,
     bench,
     check_fits,
     kp_passes,
@@ -160,3 +162,14 @@ def test_a_k_past_the_context_is_one_line_exit_2_before_anything_runs():
     assert out == ""
     status, _, err = run("bench", "-m", MODEL, "-k", "-3", "-r", "1", "--no-roofline")
     assert_one_line_error(status, err, 2, "'kp-3'", "kp8")
+
+
+@pytest.mark.parametrize("seconds", [[1.0, 1.0], [1e-3, 2e-3], [1e-4, 2e-4]])
+def test_a_row_keeps_the_headers_columns_at_any_rate(seconds):
+    """Each cell of a row ends where the header's column does, for rates and spreads from tens of
+    t/s to hundreds of thousands (a kp32 pass of a 5M model is tens of thousands, its spread
+    thousands)."""
+    r = Result("stories5m-ar", 5_300_000, 2, "kp32", 32, seconds, 10**8, 10**7, 10**7, 1, 1e-4)
+    header = HEADER.splitlines()[0]
+    bars = [i for i, c in enumerate(header) if c == "|"]
+    assert [i for i, c in enumerate(r.row()) if c == "|"] == bars, (header, r.row())

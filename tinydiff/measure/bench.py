@@ -62,13 +62,14 @@ class Result:
         rate, t = self.tokens_per_s, statistics.mean(self.seconds)
         sd = statistics.stdev(rate) if len(rate) > 1 else 0.0
         share = f"{100 * self.roofline_seconds / t:.1f}%" if self.roofline_seconds else "-"
+        rates = f"{statistics.mean(rate):.1f} ± {sd:.1f}"
         return (f"| {self.model:20s} | {self.params / 1e6:7.1f}M | {self.threads:7d} | {self.test:>9s} | "
-                f"{statistics.mean(rate):8.1f} ± {sd:5.1f} | {self.bytes / t / 1e9:7.2f} | "
+                f"{rates:>19s} | {self.bytes / t / 1e9:7.2f} | "
                 f"{self.flops / t / 1e9:8.2f} | {share:>8s} |")
 
 
-HEADER = ("| model                |   params | threads |      test |              t/s |    GB/s |  GFLOP/s | "
-          "roofline |\n|----------------------|----------|---------|-----------|------------------|---------|----------|"
+HEADER = ("| model                |   params | threads |      test |                 t/s |    GB/s |  GFLOP/s | "
+          "roofline |\n|----------------------|----------|---------|-----------|---------------------|---------|----------|"
           "----------|")
 
 
