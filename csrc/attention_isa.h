@@ -156,6 +156,147 @@ TARGET static void ISA(attend_rows)(void *ctx, int64_t b, int64_t e)
     free(p);
 }
 
+/* ---- a few queries of one head, each in the one-query order ---- */
+
+/* s[r * sstride + j] = q_r . k_j for nq <= QR queries q_r = q + r * qstride and nb keys stride
+   apart: four keys at a time in a tile of nq x 4 dot products (each key vector loaded once for all
+   the queries), their sums halved together (vsums) and then the tail, as dot4 sums one query's;
+   the keys past the last four one by one, as scores does */
+TARGET TD_INLINE void ISA(scores_q)(const float *q, int64_t qstride, const float *k, int64_t stride, int64_t hd,
+                                    int64_t nb, float *s, int64_t sstride, const int nq)
+{
+    int64_t j = 0;
+    for (; j + 4 <= nb; j += 4) {
+        VEC acc[QR * 4];
+        for (int i = 0; i < nq * 4; i++)
+            acc[i] = (VEC){0};
+        int64_t d = 0;
+        for (; d + VL <= hd; d += VL) {
+            VEC kv[4];
+            for (int c = 0; c < 4; c++)
+                kv[c] = vload(k + (j + c) * stride + d);
+            for (int r = 0; r < nq; r++) {
+                VEC qv = vload(q + r * qstride + d);
+                for (int c = 0; c < 4; c++)
+                    acc[r * 4 + c] += qv * kv[c];
+            }
+        }
+        float t[QR * 4];
+        for (int i = 0; i < nq * 4; i += VL)
+            ISA(vsums)(acc + i, nq * 4 - i < VL ? nq * 4 - i : VL, t + i);
+        for (int r = 0; r < nq; r++)
+            for (int c = 0; c < 4; c++) {
+                float *out = s + r * sstride + j + c;
+                *out = t[r * 4 + c];
+                for (int64_t e = d; e < hd; e++)
+                    *out += q[r * qstride + e] * k[(j + c) * stride + e];
+            }
+    }
+    for (; j < nb; j++)
+        for (int r = 0; r < nq; r++)
+            s[r * sstride + j] = ISA(vec_dot_f32)(hd, q + r * qstride, k + j * stride);
+}
+
+/* acc_r[hd] += p_r[0:nb] @ v[nb][hd] for nq <= QR queries, p_r = p + r * pstride and acc_r = acc +
+   r * hd: each value vector loaded once for all of them, and every acc_r[d] the chain of FMAs over
+   j in order that add_values makes */
+TARGET TD_INLINE void ISA(add_values_q)(float *acc, const float *p, int64_t pstride, const float *v, int64_t kvstride,
+                                        int64_t nb, int64_t hd, const int nq)
+{
+    int64_t d = 0;
+    for (; d + 2 * VL <= hd; d += 2 * VL) {
+        VEC a[QR][2];
+        for (int r = 0; r < nq; r++)
+            a[r][0] = vload(acc + r * hd + d), a[r][1] = vload(acc + r * hd + d + VL);
+        for (int64_t j = 0; j < nb; j++) {
+            const VEC v0 = vload(v + j * kvstride + d), v1 = vload(v + j * kvstride + d + VL);
+            for (int r = 0; r < nq; r++) {
+                a[r][0] += p[r * pstride + j] * v0;
+                a[r][1] += p[r * pstride + j] * v1;
+            }
+        }
+        for (int r = 0; r < nq; r++)
+            vstore(acc + r * hd + d, a[r][0]), vstore(acc + r * hd + d + VL, a[r][1]);
+    }
+    for (; d + VL <= hd; d += VL) {
+        VEC a[QR];
+        for (int r = 0; r < nq; r++)
+            a[r] = vload(acc + r * hd + d);
+        for (int64_t j = 0; j < nb; j++) {
+            const VEC v0 = vload(v + j * kvstride + d);
+            for (int r = 0; r < nq; r++)
+                a[r] += p[r * pstride + j] * v0;
+        }
+        for (int r = 0; r < nq; r++)
+            vstore(acc + r * hd + d, a[r]);
+    }
+    for (; d < hd; d++)
+        for (int r = 0; r < nq; r++)
+            for (int64_t j = 0; j < nb; j++)
+                acc[r * hd + d] += p[r * pstride + j] * v[j * kvstride + d];
+}
+
+/* queries i0 .. i0 + nq - 1 (nq <= QR, a constant after inlining) of head h, no window: their key
+   blocks are the same pages from key 0, each query's ending at its own key_end. A block's scores
+   for the keys the furthest-seeing query sees, each query's softmax over its own keys, the values
+   of the keys they all see shared, then each query's few more. p[QR][KB] the weights, acc[QR][hd]
+   the outputs. */
+TARGET TD_INLINE void ISA(attend_q)(const struct attn *a, int64_t i0, int64_t h, float *p, float *acc, const int nq)
+{
+    const int64_t hd = a->hd, kvstride = a->kv_heads * hd, qstride = a->heads * hd;
+    const float *q = a->q + (i0 * a->heads + h) * hd, *k = a->k + h / a->group * hd, *v = k - a->k + a->v;
+    float m[QR], l[QR];
+    int64_t end[QR], last = 0;
+    for (int r = 0; r < nq; r++) {
+        m[r] = -INFINITY, l[r] = 0.0f, end[r] = key_end(a, a->q_pos0 + i0 + r);
+        last = end[r] > last ? end[r] : last;
+    }
+    memset(acc, 0, sizeof(float) * nq * hd);
+    for (int64_t j0 = 0; j0 < last; j0 += KB) {
+        const int64_t rows = key_rows(a, j0);
+        int64_t nb[QR], all = KB, most = 0;
+        for (int r = 0; r < nq; r++) {
+            nb[r] = end[r] < j0 + KB ? end[r] - j0 : KB;
+            nb[r] = nb[r] > 0 ? nb[r] : 0;
+            all = nb[r] < all ? nb[r] : all, most = nb[r] > most ? nb[r] : most;
+        }
+        ISA(scores_q)(q, qstride, k + rows * kvstride, kvstride, hd, most, p, KB, nq);
+        for (int r = 0; r < nq; r++)
+            if (nb[r])
+                ISA(softmax_block)(a, p + r * KB, nb[r], &m[r], &l[r], acc + r * hd);
+        ISA(add_values_q)(acc, p, KB, v + rows * kvstride, kvstride, all, hd, nq);
+        for (int r = 0; r < nq; r++)
+            if (nb[r] > all)
+                ISA(add_values)(acc + r * hd, p + r * KB + all, v + (rows + all) * kvstride, kvstride, nb[r] - all, hd);
+    }
+    for (int r = 0; r < nq; r++) {
+        float *out = a->out + ((i0 + r) * a->heads + h) * hd, inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        for (int64_t d = 0; d < hd; d++)
+            out[d] = acc[r * hd + d] * inv;
+    }
+}
+
+/* tasks [b, e): task = query block * heads + head, a block QR queries (the last may have fewer) */
+TARGET static void ISA(attend_rows_q)(void *ctx, int64_t b, int64_t e)
+{
+    struct attn *a = ctx;
+    float *p = malloc(sizeof(float) * QR * (KB + a->hd)), *acc = p + QR * KB; /* attend_q */
+    if (!p) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t task = b; task < e; task++) {
+        const int64_t i0 = task / a->heads * QR, h = task % a->heads, nq = a->n - i0 < QR ? a->n - i0 : QR;
+        switch (nq) {
+        case 1: ISA(attend_q)(a, i0, h, p, acc, 1); break;
+        case 2: ISA(attend_q)(a, i0, h, p, acc, 2); break;
+        case 3: ISA(attend_q)(a, i0, h, p, acc, 3); break;
+        default: ISA(attend_q)(a, i0, h, p, acc, QR); break;
+        }
+    }
+    free(p);
+}
+
 /* ---- many queries: RMAX (query, head) rows at a time, the rows in the vector lanes ---- */
 
 /* c[a][0:nr*VL] (+)= sum over l < len of x[a*xa + l*xl] * y[l][0:nr*VL] for a < na; c and y rows are

@@ -298,6 +298,30 @@ def test_attention_tiles(level, n, extra, kvh, group, hd, mask, seed, behind):
     check_attention(q, k, v, mask=mask, q_pos0=max(extra - behind, 0))
 
 
+@settings(max_examples=60)
+@given(n=st.integers(2, 13), extra=st.integers(0, 140), kvh=st.integers(1, 2), group=st.sampled_from([1, 3]),
+       hd=st.sampled_from([1, 3, 17, 32, 64, 80]), seed=st.integers(0, 99), paged=st.booleans())
+def test_a_causal_passes_queries_are_each_query_alone(level, n, extra, kvh, group, hd, seed, paged):
+    """Batch invariant, a causal pass's queries take the one-query order, four of a head at a time
+    (attend_rows_q: shared key and value loads, each query's own keys past the others'): every
+    output is the bits the query gets alone, as in decoding, its keys ending inside a block or
+    past one, contiguous or paged."""
+    t = n + extra
+    q, k, v = data(seed, n, kvh * group, hd), data(seed + 1, t, kvh, hd), data(seed + 2, t, kvh, hd)
+    kw = {}
+    if paged:
+        used = -(-t // K.PAGE)
+        pages = np.random.default_rng(seed).permutation(used + 1)[:used]
+        pool_k, pool_v = data(seed + 3, (used + 1) * K.PAGE, kvh, hd), data(seed + 4, (used + 1) * K.PAGE, kvh, hd)
+        gather = np.concatenate([np.arange(p * K.PAGE, (p + 1) * K.PAGE) for p in pages])[:t]
+        pool_k[gather], pool_v[gather] = k, v
+        k, v, kw = pool_k, pool_v, {"pages": pages}
+    together = K.attention(q, k, v, mask=CAUSAL, q_pos0=extra, **kw, **({"t": t} if paged else {}))
+    for i in range(n):
+        alone = K.attention(q[i:i + 1], k, v, mask=CAUSAL, q_pos0=extra + i, **kw, **({"t": extra + i + 1} if paged else {}))
+        assert together[i].tobytes() == alone[0].tobytes(), i
+
+
 @settings(max_examples=40)
 @given(n=st.integers(1, 70), t=st.integers(1, 260), kvh=st.integers(1, 2), group=st.sampled_from([1, 3, 9]),
        hd=st.sampled_from([1, 17, 64]), mask=MASKS, seed=st.integers(0, 99), spare=st.integers(0, 3))
