@@ -236,19 +236,21 @@ TARGET TD_INLINE void ISA(add_values_q)(float *acc, const float *p, int64_t pstr
                 acc[r * hd + d] += p[r * pstride + j] * v[j * kvstride + d];
 }
 
-/* queries i0 .. i0 + nq - 1 (nq <= QR, a constant after inlining) of head h, no window: their key
-   blocks are the same pages from key 0, each query's ending at its own key_end. A block's scores
-   for the keys the furthest-seeing query sees, each query's softmax over its own keys, the values
-   of the keys they all see shared, then each query's few more. p[QR][KB] the weights, acc[QR][hd]
-   the outputs. */
-TARGET TD_INLINE void ISA(attend_q)(const struct attn *a, int64_t i0, int64_t h, float *p, float *acc, const int nq)
+/* nq <= QR queries of one kv head (nq a constant after inlining), no window: query r is the one at
+   position i0 + r * di of head h + r * dh (di, dh: 1, 0 for queries of one head; 0, 1 for the heads
+   of a kv head at one position). Their key blocks are the same pages from key 0, each query's
+   ending at its own key_end. A block's scores for the keys the furthest-seeing query sees, each
+   query's softmax over its own keys, the values of the keys they all see shared, then each query's
+   few more. p[QR][KB] the weights, acc[QR][hd] the outputs. */
+TARGET TD_INLINE void ISA(attend_q)(const struct attn *a, int64_t i0, int64_t h, int64_t di, int64_t dh, float *p,
+                                    float *acc, const int nq)
 {
-    const int64_t hd = a->hd, kvstride = a->kv_heads * hd, qstride = a->heads * hd;
+    const int64_t hd = a->hd, kvstride = a->kv_heads * hd, qstride = (di * a->heads + dh) * hd;
     const float *q = a->q + (i0 * a->heads + h) * hd, *k = a->k + h / a->group * hd, *v = k - a->k + a->v;
     float m[QR], l[QR];
     int64_t end[QR], last = 0;
     for (int r = 0; r < nq; r++) {
-        m[r] = -INFINITY, l[r] = 0.0f, end[r] = key_end(a, a->q_pos0 + i0 + r);
+        m[r] = -INFINITY, l[r] = 0.0f, end[r] = key_end(a, a->q_pos0 + i0 + r * di);
         last = end[r] > last ? end[r] : last;
     }
     memset(acc, 0, sizeof(float) * nq * hd);
@@ -270,13 +272,15 @@ TARGET TD_INLINE void ISA(attend_q)(const struct attn *a, int64_t i0, int64_t h,
                 ISA(add_values)(acc + r * hd, p + r * KB + all, v + (rows + all) * kvstride, kvstride, nb[r] - all, hd);
     }
     for (int r = 0; r < nq; r++) {
-        float *out = a->out + ((i0 + r) * a->heads + h) * hd, inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        float *out = a->out + (i0 * a->heads + h) * hd + r * qstride, inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
         for (int64_t d = 0; d < hd; d++)
             out[d] = acc[r * hd + d] * inv;
     }
 }
 
-/* tasks [b, e): task = query block * heads + head, a block QR queries (the last may have fewer) */
+/* tasks [b, e): by_heads, task = (query * kv_heads + kv head) * chunks + chunk, a chunk QR heads of
+   the kv head (the last may have fewer); else task = query block * heads + head, a block QR
+   queries (the last may have fewer) */
 TARGET static void ISA(attend_rows_q)(void *ctx, int64_t b, int64_t e)
 {
     struct attn *a = ctx;
@@ -285,16 +289,34 @@ TARGET static void ISA(attend_rows_q)(void *ctx, int64_t b, int64_t e)
         __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
         return;
     }
+    const int64_t chunks = (a->group + QR - 1) / QR;
     for (int64_t task = b; task < e; task++) {
-        const int64_t i0 = task / a->heads * QR, h = task % a->heads, nq = a->n - i0 < QR ? a->n - i0 : QR;
+        int64_t i0, h, di, dh, nq;
+        if (a->by_heads) {
+            const int64_t c = task % chunks * QR, g = task / chunks % a->kv_heads;
+            i0 = task / chunks / a->kv_heads, h = g * a->group + c, di = 0, dh = 1;
+            nq = a->group - c < QR ? a->group - c : QR;
+        } else {
+            i0 = task / a->heads * QR, h = task % a->heads, di = 1, dh = 0;
+            nq = a->n - i0 < QR ? a->n - i0 : QR;
+        }
         switch (nq) {
-        case 1: ISA(attend_q)(a, i0, h, p, acc, 1); break;
-        case 2: ISA(attend_q)(a, i0, h, p, acc, 2); break;
-        case 3: ISA(attend_q)(a, i0, h, p, acc, 3); break;
-        default: ISA(attend_q)(a, i0, h, p, acc, QR); break;
+        case 1: ISA(attend_q)(a, i0, h, di, dh, p, acc, 1); break;
+        case 2: ISA(attend_q)(a, i0, h, di, dh, p, acc, 2); break;
+        case 3: ISA(attend_q)(a, i0, h, di, dh, p, acc, 3); break;
+        default: ISA(attend_q)(a, i0, h, di, dh, p, acc, QR); break;
         }
     }
     free(p);
+}
+
+/* the one-query order's tasks of a, as plan() cut them: attend_rows_q's, or attend_rows' */
+TARGET static void ISA(attend_one)(void *ctx, int64_t b, int64_t e)
+{
+    if (((struct attn *)ctx)->qr > 1)
+        ISA(attend_rows_q)(ctx, b, e);
+    else
+        ISA(attend_rows)(ctx, b, e);
 }
 
 /* ---- many queries: RMAX (query, head) rows at a time, the rows in the vector lanes ---- */
