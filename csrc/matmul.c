@@ -329,8 +329,9 @@ static void matmul_rows_typed(void *ctx, int64_t b, int64_t e)
         const int rows = a->tt->vec_dot_4xn && j + 4 <= j1 ? 4 : 1;
         const char *w = (const char *)a->w + j * a->row_bytes;
         /* the cache lines of rows some way ahead, requested at once: vec_dot reads a row at a
-           time, and its own loads alone keep too few misses in flight (Q8_0 streams 2x faster so) */
-        for (int64_t p = 0; p < rows * a->row_bytes; p += 64)
+           time, and its own loads alone keep too few misses in flight (Q8_0 streams 2x faster so);
+           but not where the tile spreads them over its steps itself */
+        for (int64_t p = 0; (td_amd || !a->tt->tile_ahead) && p < rows * a->row_bytes; p += 64)
             __builtin_prefetch(w + PREFETCH_BYTES + p);
         for (int64_t i = 0; i < a->n;) {
             const int nx = rows == 4 ? (a->n - i < 4 ? (int)(a->n - i) : 4) : 1;

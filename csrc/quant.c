@@ -43,7 +43,7 @@ static __attribute__((unused)) void overlay(struct type_traits *t, const struct 
         if (o->vec_dot)
             t[i].vec_dot = o->vec_dot;
         if (o->vec_dot_4xn)
-            t[i].vec_dot_4xn = o->vec_dot_4xn;
+            t[i].vec_dot_4xn = o->vec_dot_4xn, t[i].tile_ahead = o->tile_ahead;
         if (o->vec_dot_8xn)
             t[i].vec_dot_8xn = o->vec_dot_8xn;
     }

@@ -213,6 +213,8 @@ struct type_traits {
     vec_dot_fn vec_dot;
     vec_dot_4xn_fn vec_dot_4xn;   /* NULL, or a tile of 4 weight rows by up to 4 x rows sharing the
                                      work on each (same results) */
+    int tile_ahead;               /* vec_dot_4xn (and vec_dot) prefetch the rows ahead themselves on
+                                     Intel, so matmul.c does not (quant_x86_32.h's VNNI tiles) */
     int64_t rows;                 /* weight rows a stored unit interleaves: 8 for the X8 types (whose
                                      blocks are groups: blck_size and type_size say one row's share),
                                      which has to_float_lane and vec_dot_8xn instead of to_float,

@@ -597,11 +597,15 @@ VEC_DOT_8XN_AVX512(q4_0x8_q8_0v, 1)
    the level's own quantizers (suffix q) */
 #define X_Q8_1(q) .from_float = quantize_row_q8_1_##q, .x_to_float = q8_1_to_float_##q, .x_blck_size = QK8_1, \
                   .x_type_size = sizeof(block_q8_1)
-#define BLOCK32_FORMATS(k, q)                                                                              \
-    [TD_Q4_1] = {X_Q8_1(q), .vec_dot = vec_dot_q4_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q4_1_q8_1_##k},   \
-    [TD_Q5_1] = {X_Q8_1(q), .vec_dot = vec_dot_q5_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q5_1_q8_1_##k},   \
-    [TD_Q5_0] = {X_Q8_0S(q), .vec_dot = vec_dot_q5_0_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_q5_0_q8_0_##k},   \
-    [TD_IQ4_NL] = {X_IQ4_NL_##q, .vec_dot = vec_dot_iq4_nl_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_iq4_nl_q8_0_##k}
+#define BLOCK32_FORMATS(k, q, ahead)                                                                              \
+    [TD_Q4_1] = {X_Q8_1(q), .vec_dot = vec_dot_q4_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q4_1_q8_1_##k,            \
+                 .tile_ahead = ahead},                                                                            \
+    [TD_Q5_1] = {X_Q8_1(q), .vec_dot = vec_dot_q5_1_q8_1_##k, .vec_dot_4xn = vec_dot_4xn_q5_1_q8_1_##k,            \
+                 .tile_ahead = ahead},                                                                            \
+    [TD_Q5_0] = {X_Q8_0S(q), .vec_dot = vec_dot_q5_0_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_q5_0_q8_0_##k,           \
+                 .tile_ahead = ahead},                                                                            \
+    [TD_IQ4_NL] = {X_IQ4_NL_##q, .vec_dot = vec_dot_iq4_nl_q8_0_##k, .vec_dot_4xn = vec_dot_4xn_iq4_nl_q8_0_##k,   \
+                   .tile_ahead = ahead}
 #define X_Q8_0S(q) .from_float = quantize_row_q8_0s_##q, .x_to_float = q8_0s_to_float_##q, .x_blck_size = QK8_0, \
                    .x_type_size = sizeof(block_q8_0s) /* Q8_0 and its sums, for an offset's product with x */
 #define X_IQ4_NL_avx2 TD_X_Q8_0(avx2) /* IQ4_NL's x: Q8_0 on AVX2 (signed quants), Q8_0S on VNNI (grid + 128) */
@@ -618,7 +622,7 @@ const struct type_traits td_traits_avx2[TD_NTYPES] = {
     [TD_Q8_0X8] = {TD_X_Q8_0(avx2), .vec_dot_8xn = vec_dot_8xn_q8_0x8_q8_0_avx2},
     [TD_Q4_0X8] = {.from_float = quantize_row_q8_0s_avx2, .x_to_float = q8_0s_to_float_avx2, .x_blck_size = QK8_0,
                    .x_type_size = sizeof(block_q8_0s), .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0s_avx2}, /* x as Q8_0S */
-    BLOCK32_FORMATS(avx2, avx2),
+    BLOCK32_FORMATS(avx2, avx2, 0),
 };
 
 /* AVX-512's own functions, per type; a field left out is plain C's */
@@ -635,7 +639,7 @@ const struct type_traits td_traits_avx512[TD_NTYPES] = {
     [TD_Q4_0X8] = {.from_float = quantize_row_q8_0v_8_avx512, .x_to_float = q8_0v_to_float_avx512,
                    .x_blck_size = QK8_0, .x_type_size = sizeof(block_q8_0v),
                    .vec_dot_8xn = vec_dot_8xn_q4_0x8_q8_0v_avx512},
-    BLOCK32_FORMATS(vnni, avx512),
+    BLOCK32_FORMATS(vnni, avx512, 1),
 };
 
 /* the extension each AVX-512 entry needs; without it the AVX2 entry is used */

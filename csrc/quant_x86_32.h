@@ -215,6 +215,20 @@ TARGET TD_INLINE void ISA(tile32)(const int t, const int N, int64_t k, const cha
    last clamped to it, their terms not added. Q5_0's and IQ4_NL's x is Q8_0S, whose sums of
    quants give the offset's product with x for 4 blocks in one shift. */
 
+/* On Intel the tile brings its rows' bytes into the cache itself, spread over its steps, where
+   elsewhere matmul.c prefetches a tile's rows all at once before it (PREFETCH_BYTES ahead): the
+   Xeon takes fewer misses at once than a tile has lines (23 for 4 rows of Q4_1 at k = 576), so that
+   burst stalled the core until the first of them came back, and with one x row the tile's own work
+   did not hide it (perf, SmolLM2-135M Q4_1 decode: 60% of the Q4_1 matmuls' time on the
+   prefetches). Each step asks for two lines of each row AHEAD_L2 on into L2 and AHEAD_L1 on into
+   L1, which then come from L2 and hold a miss's place briefly. Xeon, 2 threads, the other core busy
+   with other work (so mostly one), the SmolLM2-135M Q4_1 file's 1- and 2-row passes, medians of
+   interleaved rounds: the burst 12.12, 13.32 ms against two lines 4096 on into L1 alone 11.10,
+   12.12 (4096-12288 ahead alike, 2048 1.06x slower); those 10.80, 12.02 against these two
+   distances 9.69, 11.12. */
+#define AHEAD_L1 2048
+#define AHEAD_L2 12288
+
 TARGET TD_INLINE __m512 ISA(fixed16)(__m512 v)
 {
     __asm__("" : "+v"(v));
@@ -326,10 +340,14 @@ TARGET TD_INLINE void ISA(tile32)(const int t, const int N, int64_t k, const cha
     __m512i words = _mm512_setzero_si512(), qh = _mm512_setzero_si512();
     if (nb >= 4)
         ISA(gather32)(t, w[0], gidx, &words, &qh);
+    const int ahead = !td_amd;
     for (; i + 4 <= nb; i += 4) { /* the next step's scales gathered before this step's work */
         __m512i next = _mm512_setzero_si512(), next_qh = _mm512_setzero_si512();
         if (i + 8 <= nb)
             ISA(gather32)(t, w[0] + 4 * W_BYTES(t), gidx, &next, &next_qh);
+        for (int r = 0; ahead && r < 4; r++) /* two lines each: a step reads 72-96 bytes of a row */
+            for (int l = 0; l < 128; l += 64)
+                __builtin_prefetch(w[r] + AHEAD_L1 + l), __builtin_prefetch(w[r] + AHEAD_L2 + l, 0, 1);
         ISA(step32)(t, N, 4, w, words, qh, x, acc);
         for (int r = 0; r < 4; r++)
             w[r] += 4 * W_BYTES(t);
@@ -389,3 +407,5 @@ TILE32(iq4_nl_q8_0, T_IQ4_NL)
 #undef W_QH
 #undef X_BYTES
 #undef X_QS
+#undef AHEAD_L1
+#undef AHEAD_L2
