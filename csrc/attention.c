@@ -17,20 +17,20 @@
    most lanes empty. With grouped-query heads and no sliding window, the heads of a kv head go up to
    four a task (attend_rows_q below), each key and value row loaded once for them: 1024 keys of
    Gemma 3 270M's shape (4 heads of 256 on one kv head, 2 threads, AVX-512, Xeon) 283 -> 125 us a
-   layer, SmolLM2's (9 heads of 64 on 3) 130 -> 110 us. Batch invariant (matmul.c), a causal mask's queries all take this path, however
-   many: the tiles sum in another order than it, so a prompt's rows, a verifying pass's drafted rows
-   (speculative decoding) or a prefix-cached prompt's last rows would differ in their last bits from
-   the same positions decoded one at a time (prefill of the SmolLM2-135M Q4_1 file, 512 tokens:
-   0.91 -> 0.72x without invariance, bench/bench_batch_invariance.py). Several such queries
-   without a sliding window (whose keys start at key 0, in the same blocks) go four of a head a task
-   (attend_rows_q), each key and value row loaded once for the four and every number each one's as
-   alone: 512 causal queries of SmolLM2's shape (9 heads of 64, 2 threads, AVX-512, Xeon) 15.0 ->
-   8.9 ms a layer (the tiles, invariance off: 3.2), a block of 8 of stories5m (8 heads of 32, 72
-   keys, 1 thread) 35 -> 25 us, as the tiles; six a task were slower. Bidirectional and
-   block-causal masks (diffusion) keep the tiles: their passes always have a canvas of rows. The
-   one-query sequences of a batched decode step are one job for them all
-   (td_attention_rows): a wait per layer instead of one per sequence, and the heads of all of them
-   to share out.
+   layer, SmolLM2's (9 heads of 64 on 3) 130 -> 110 us. Batch invariant (matmul.c), a causal mask's
+   queries all take this order, however many: the tiles sum in another order than it, so a prompt's
+   rows, a verifying pass's drafted rows (speculative decoding) or a prefix-cached prompt's last
+   rows would differ in their last bits from the same positions decoded one at a time (prefill of
+   the SmolLM2-135M Q4_1 file, 512 tokens: 0.91 -> 0.72x without invariance,
+   bench/bench_batch_invariance.py). Several such queries without a sliding window (whose keys start
+   at key 0, in the same blocks) go four of a head a task (attend_rows_q), each key and value row
+   loaded once for the four and every number each one's as alone: 512 causal queries of SmolLM2's
+   shape (9 heads of 64, 2 threads, AVX-512, Xeon) 15.0 -> 8.9 ms a layer (the tiles, invariance
+   off: 3.2), a block of 8 of stories5m (8 heads of 32, 72 keys, 1 thread) 35 -> 25 us, as the
+   tiles; six a task were slower. Bidirectional and block-causal masks (diffusion) keep the tiles:
+   their passes always have a canvas of rows. The one-query sequences of a batched decode step are
+   one job for them all (td_attention_rows): a wait per layer instead of one per sequence, and the
+   heads of all of them to share out.
 
    The mask is two numbers (masks.py, block and window): each query visits only the keys from its
    start, key_start (the sliding window), up to its end, key_end (the block mask). A query's first

@@ -6,36 +6,43 @@
 #define AT (REGS == 32 ? 8 : 6) /* RT * AT accumulators, RT loads and a broadcast fit the registers */
 /* ---- one query: a (query, head) row at a time ---- */
 
-/* s[0:4] = q[hd] . k_r[hd] for four keys k_r = k + r * stride */
-TARGET TD_INLINE void ISA(dot4)(const float *q, const float *k, int64_t stride, int64_t hd, float *s)
-{
-    const float *k0 = k, *k1 = k + stride, *k2 = k + 2 * stride, *k3 = k + 3 * stride;
-    VEC a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    int64_t d = 0;
-    for (; d + VL <= hd; d += VL) {
-        VEC qv = vload(q + d);
-        a0 += qv * vload(k0 + d);
-        a1 += qv * vload(k1 + d);
-        a2 += qv * vload(k2 + d);
-        a3 += qv * vload(k3 + d);
-    }
-    s[0] = vsum(a0), s[1] = vsum(a1), s[2] = vsum(a2), s[3] = vsum(a3);
-    for (; d < hd; d++) {
-        s[0] += q[d] * k0[d];
-        s[1] += q[d] * k1[d];
-        s[2] += q[d] * k2[d];
-        s[3] += q[d] * k3[d];
-    }
-}
-
-/* s[0:nb] = q . k_j for nb keys stride apart (four at a time, then one by one) */
-TARGET TD_INLINE void ISA(scores)(const float *q, const float *k, int64_t stride, int64_t hd, int64_t nb, float *s)
+/* s[r * sstride + j] = q_r . k_j for nq <= QR queries q_r = q + r * qstride and nb keys stride
+   apart: four keys at a time in a tile of nq x 4 dot products (each key vector loaded once for all
+   the queries), their sums halved together (vsums), then the tail; the keys past the last four
+   one by one. One query (nq 1) is attend_rows' scores; every score is the same bits either way */
+TARGET TD_INLINE void ISA(scores_q)(const float *q, int64_t qstride, const float *k, int64_t stride, int64_t hd,
+                                    int64_t nb, float *s, int64_t sstride, const int nq)
 {
     int64_t j = 0;
-    for (; j + 4 <= nb; j += 4)
-        ISA(dot4)(q, k + j * stride, stride, hd, s + j);
+    for (; j + 4 <= nb; j += 4) {
+        VEC acc[QR * 4];
+        for (int i = 0; i < nq * 4; i++)
+            acc[i] = (VEC){0};
+        int64_t d = 0;
+        for (; d + VL <= hd; d += VL) {
+            VEC kv[4];
+            for (int c = 0; c < 4; c++)
+                kv[c] = vload(k + (j + c) * stride + d);
+            for (int r = 0; r < nq; r++) {
+                VEC qv = vload(q + r * qstride + d);
+                for (int c = 0; c < 4; c++)
+                    acc[r * 4 + c] += qv * kv[c];
+            }
+        }
+        float t[QR * 4];
+        for (int i = 0; i < nq * 4; i += VL)
+            ISA(vsums)(acc + i, nq * 4 - i < VL ? nq * 4 - i : VL, t + i);
+        for (int r = 0; r < nq; r++)
+            for (int c = 0; c < 4; c++) {
+                float *out = s + r * sstride + j + c;
+                *out = t[r * 4 + c];
+                for (int64_t e = d; e < hd; e++)
+                    *out += q[r * qstride + e] * k[(j + c) * stride + e];
+            }
+    }
     for (; j < nb; j++)
-        s[j] = ISA(vec_dot_f32)(hd, q, k + j * stride);
+        for (int r = 0; r < nq; r++)
+            s[r * sstride + j] = ISA(vec_dot_f32)(hd, q + r * qstride, k + j * stride);
 }
 
 /* y[len] *= c */
@@ -145,7 +152,7 @@ TARGET static void ISA(attend_rows)(void *ctx, int64_t b, int64_t e)
         for (int64_t j0 = key_start(a, a->q_pos0 + i), nb; j0 < end; j0 += nb) {
             int64_t page = j0 / KB * KB, rows = key_rows(a, page) + j0 - page;
             nb = (end < page + KB ? end : page + KB) - j0;
-            ISA(scores)(q, k + rows * kvstride, kvstride, hd, nb, p);
+            ISA(scores_q)(q, 0, k + rows * kvstride, kvstride, hd, nb, p, 0, 1);
             ISA(softmax_block)(a, p, nb, &m, &l, acc);
             ISA(add_values)(acc, p, v + rows * kvstride, kvstride, nb, hd);
         }
@@ -156,46 +163,7 @@ TARGET static void ISA(attend_rows)(void *ctx, int64_t b, int64_t e)
     free(p);
 }
 
-/* ---- a few queries of one head, each in the one-query order ---- */
-
-/* s[r * sstride + j] = q_r . k_j for nq <= QR queries q_r = q + r * qstride and nb keys stride
-   apart: four keys at a time in a tile of nq x 4 dot products (each key vector loaded once for all
-   the queries), their sums halved together (vsums) and then the tail, as dot4 sums one query's;
-   the keys past the last four one by one, as scores does */
-TARGET TD_INLINE void ISA(scores_q)(const float *q, int64_t qstride, const float *k, int64_t stride, int64_t hd,
-                                    int64_t nb, float *s, int64_t sstride, const int nq)
-{
-    int64_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
-        VEC acc[QR * 4];
-        for (int i = 0; i < nq * 4; i++)
-            acc[i] = (VEC){0};
-        int64_t d = 0;
-        for (; d + VL <= hd; d += VL) {
-            VEC kv[4];
-            for (int c = 0; c < 4; c++)
-                kv[c] = vload(k + (j + c) * stride + d);
-            for (int r = 0; r < nq; r++) {
-                VEC qv = vload(q + r * qstride + d);
-                for (int c = 0; c < 4; c++)
-                    acc[r * 4 + c] += qv * kv[c];
-            }
-        }
-        float t[QR * 4];
-        for (int i = 0; i < nq * 4; i += VL)
-            ISA(vsums)(acc + i, nq * 4 - i < VL ? nq * 4 - i : VL, t + i);
-        for (int r = 0; r < nq; r++)
-            for (int c = 0; c < 4; c++) {
-                float *out = s + r * sstride + j + c;
-                *out = t[r * 4 + c];
-                for (int64_t e = d; e < hd; e++)
-                    *out += q[r * qstride + e] * k[(j + c) * stride + e];
-            }
-    }
-    for (; j < nb; j++)
-        for (int r = 0; r < nq; r++)
-            s[r * sstride + j] = ISA(vec_dot_f32)(hd, q + r * qstride, k + j * stride);
-}
+/* ---- a few queries of one kv head, each in the one-query order ---- */
 
 /* acc_r[hd] += p_r[0:nb] @ v[nb][hd] for nq <= QR queries, p_r = p + r * pstride and acc_r = acc +
    r * hd: each value vector loaded once for all of them, and every acc_r[d] the chain of FMAs over
