@@ -32,8 +32,9 @@ def main():
     ap.add_argument("--model", default="stories5m-bd")
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, nargs="+", default=[128, 64, 32])
+    ap.add_argument("--steps", type=int, nargs="+", default=None, help="steps of the fixed runs (default n, n/2, n/4)")
     args = ap.parse_args()
+    args.steps = args.steps or [args.n, args.n // 2, args.n // 4]
     bd, ar = tinydiff.load(args.model, threads=args.threads), tinydiff.load("stories5m-ar", threads=args.threads)
 
     def ar_run(p):

@@ -163,6 +163,10 @@ def test_a_k_past_the_context_is_one_line_exit_2_before_anything_runs():
     status, _, err = run("bench", "-m", MODEL, "-k", "-3", "-r", "1", "--no-roofline")
     assert_one_line_error(status, err, 2, "'kp-3'", "kp8")
 
+    status, out, err = run("bench", "-m", MODEL, "-p", "0", "-n", "0", "-d", "0", "-b", "0", "-k", "0", "--no-roofline")
+    assert_one_line_error(status, err, 2, "every test kind is 0", "no test to run")
+    assert out == ""
+
 
 @pytest.mark.parametrize("seconds", [[1.0, 1.0], [1e-3, 2e-3], [1e-4, 2e-4]])
 def test_a_row_keeps_the_headers_columns_at_any_rate(seconds):

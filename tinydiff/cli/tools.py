@@ -54,7 +54,10 @@ def cmd_bench(args):
         set_threads(args.threads)
     if args.repetitions < 1:
         raise UsageError(f"bench: repetitions must be >= 1, got {args.repetitions}")
-    for spec in _bench_tests(args, None):
+    asked = _bench_tests(args, None)
+    if not asked:
+        raise UsageError("bench: every test kind is 0 (-p, -n, -d, -b, -k): no test to run")
+    for spec in asked:
         parse_test(spec)                                  # every mistake before anything runs
     for path in args.model or []:
         if not os.path.exists(model_path(path)):
